@@ -1,0 +1,222 @@
+//! Scheduling policies: which waiting jobs run on which CPUs, and for how long.
+//!
+//! Every policy is a deterministic state machine. Events come in with the
+//! current time as an argument (`arrive`, `block`, `wake`, `complete`, `tick`);
+//! the decision is read back out (`running`: the job on each CPU, `next_tick`:
+//! when the policy next needs to look at the CPUs, e.g. for a slice expiry).
+//! A policy never reads a clock, never does I/O and only draws random numbers
+//! from a generator its caller seeded. The simulator drives it with virtual
+//! time, the runtime with real threads.
+//!
+//! Contract for drivers:
+//! - job ids are unique among the jobs a policy currently holds;
+//! - `block` and `complete` name a job that is currently *running*; `wake`
+//!   re-submits a job previously blocked (with its original [`Job`]);
+//! - after every call, `running()` is the complete assignment; the driver
+//!   diffs it against the previous one to learn about dispatches and preemptions;
+//! - the driver calls `tick(now)` at (or after) `next_tick()`; calling it
+//!   early or more often is harmless.
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::{Nanos, NANOS_PER_MICRO, NANOS_PER_MILLI};
+
+pub mod fair;
+pub mod orf;
+pub mod queue;
+pub mod rr;
+
+pub use fair::Fair;
+pub use orf::Orf;
+pub use queue::{Discipline, NonPreemptive};
+pub use rr::RoundRobin;
+
+/// Identifies a job within one policy instance. Chosen by the driver.
+pub type JobId = u64;
+
+/// What a policy may know about a runnable job. Nothing here is the job's
+/// service demand: real schedulers do not know it, and neither do ours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Job {
+    pub id: JobId,
+    /// Global arrival time (edge clock), the `orf`/`gfifo` key.
+    pub gat: Nanos,
+    /// Absolute queuing deadline, the `edf` key ([`crate::time::NEVER`] if none).
+    pub deadline: Nanos,
+    /// SLO class, the `priq` key; 0 is served first.
+    pub class: u8,
+}
+
+/// A scheduling discipline for `n` CPUs, driven by events with time passed in.
+pub trait Policy: Send {
+    /// Short name, e.g. `"orf"`.
+    fn name(&self) -> &'static str;
+    /// A new job becomes runnable at this node.
+    fn arrive(&mut self, now: Nanos, job: Job);
+    /// A running job stops being runnable (e.g. waits for I/O or a downstream call).
+    fn block(&mut self, now: Nanos, id: JobId);
+    /// A blocked job becomes runnable again.
+    fn wake(&mut self, now: Nanos, job: Job);
+    /// A running job finished and leaves the policy.
+    fn complete(&mut self, now: Nanos, id: JobId);
+    /// Time passes: the policy may preempt (slice expiry).
+    fn tick(&mut self, now: Nanos);
+    /// The job each CPU runs, indexed by CPU. Its length is the CPU count.
+    fn running(&self) -> &[Option<JobId>];
+    /// When the policy next wants `tick`, if ever (no pending preemption → `None`).
+    fn next_tick(&self) -> Option<Nanos>;
+    /// Runnable jobs not currently on a CPU.
+    fn waiting(&self) -> usize;
+}
+
+// Keep `Policy` object-safe: drivers hold `Box<dyn Policy>`.
+const _: Option<&dyn Policy> = None;
+
+/// A policy and its parameters, as written in scenario and runtime config files
+/// (`policy = { kind = "orf", c = 6, slice_us = 30 }`). Defaults are the
+/// seeds' parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum PolicySpec {
+    /// Oldest Request First: global FCFS by GAT + limited processor sharing
+    /// among the `c` oldest (TailClipper §3.2, Algorithm 1).
+    Orf {
+        /// Jobs sharing the CPUs round-robin (TailClipper's default is 6).
+        #[serde(default = "default_orf_c")]
+        c: usize,
+        /// Time slice in µs (TailClipper: 30 µs).
+        #[serde(default = "default_short_slice_us")]
+        slice_us: f64,
+    },
+    /// Earliest deadline first, non-preemptive (TailGuard's EDFQ).
+    Edf,
+    /// First come first served by local arrival, non-preemptive.
+    Fifo,
+    /// First come first served by GAT, non-preemptive.
+    Gfifo,
+    /// Strict class priority (0 first), FIFO within a class, non-preemptive.
+    Priq,
+    /// Round-robin over every runnable job with a short slice; wakeups go to
+    /// the front (the Shinjuku-like baseline, as in ghOSt's Shinjuku).
+    Rr {
+        #[serde(default = "default_short_slice_us")]
+        slice_us: f64,
+    },
+    /// Processor sharing, approximated by round-robin with a slice much shorter
+    /// than any service time (default 1 µs). Same code as `rr`.
+    Ps {
+        #[serde(default = "default_ps_slice_us")]
+        slice_us: f64,
+    },
+    /// vruntime ordering with a minimum granularity and a latency target (CFS-like).
+    Fair {
+        #[serde(default = "default_min_granularity_ms")]
+        min_granularity_ms: f64,
+        #[serde(default = "default_latency_ms")]
+        latency_ms: f64,
+    },
+    /// Last come first served, non-preemptive.
+    Lifo,
+    /// A uniformly random waiting job, non-preemptive; `seed` is mixed with the
+    /// caller's seed.
+    Random {
+        #[serde(default)]
+        seed: u64,
+    },
+}
+
+fn default_orf_c() -> usize {
+    6
+}
+fn default_short_slice_us() -> f64 {
+    30.0
+}
+fn default_ps_slice_us() -> f64 {
+    1.0
+}
+fn default_min_granularity_ms() -> f64 {
+    1.0
+}
+fn default_latency_ms() -> f64 {
+    10.0
+}
+
+/// Why a [`PolicySpec`] cannot be built.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PolicyError {
+    /// Slices, granularities and latencies must be positive and finite.
+    #[error("policy `{policy}`: `{field}` must be a positive number, got {value}")]
+    NotPositive { policy: &'static str, field: &'static str, value: f64 },
+    /// `orf` needs at least one job in its sharing pool.
+    #[error("policy `orf`: `c` must be at least 1")]
+    ZeroC,
+    /// A policy needs at least one CPU.
+    #[error("a policy needs at least one CPU")]
+    NoCpus,
+}
+
+fn positive_nanos(policy: &'static str, field: &'static str, value: f64, unit: Nanos) -> Result<Nanos, PolicyError> {
+    if value.is_finite() && value > 0.0 {
+        Ok(((value * unit as f64).round() as Nanos).max(1))
+    } else {
+        Err(PolicyError::NotPositive { policy, field, value })
+    }
+}
+
+impl PolicySpec {
+    /// The policy's short name (`"orf"`, `"edf"`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            PolicySpec::Orf { .. } => "orf",
+            PolicySpec::Edf => "edf",
+            PolicySpec::Fifo => "fifo",
+            PolicySpec::Gfifo => "gfifo",
+            PolicySpec::Priq => "priq",
+            PolicySpec::Rr { .. } => "rr",
+            PolicySpec::Ps { .. } => "ps",
+            PolicySpec::Fair { .. } => "fair",
+            PolicySpec::Lifo => "lifo",
+            PolicySpec::Random { .. } => "random",
+        }
+    }
+
+    /// Checks the parameters without building anything.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        self.build(1, 0).map(|_| ())
+    }
+
+    /// Builds the policy for `cpus` CPUs. `seed` feeds `random` (mixed with its own `seed`).
+    pub fn build(&self, cpus: usize, seed: u64) -> Result<Box<dyn Policy>, PolicyError> {
+        if cpus == 0 {
+            return Err(PolicyError::NoCpus);
+        }
+        Ok(match *self {
+            PolicySpec::Orf { c, slice_us } => {
+                if c == 0 {
+                    return Err(PolicyError::ZeroC);
+                }
+                Box::new(Orf::new(cpus, c, positive_nanos("orf", "slice_us", slice_us, NANOS_PER_MICRO)?))
+            }
+            PolicySpec::Rr { slice_us } => {
+                Box::new(RoundRobin::new(cpus, positive_nanos("rr", "slice_us", slice_us, NANOS_PER_MICRO)?))
+            }
+            PolicySpec::Ps { slice_us } => Box::new(
+                RoundRobin::new(cpus, positive_nanos("ps", "slice_us", slice_us, NANOS_PER_MICRO)?).named("ps"),
+            ),
+            PolicySpec::Fair { min_granularity_ms, latency_ms } => Box::new(Fair::new(
+                cpus,
+                positive_nanos("fair", "min_granularity_ms", min_granularity_ms, NANOS_PER_MILLI)?,
+                positive_nanos("fair", "latency_ms", latency_ms, NANOS_PER_MILLI)?,
+            )),
+            PolicySpec::Edf => Box::new(NonPreemptive::new(cpus, Discipline::Edf)),
+            PolicySpec::Fifo => Box::new(NonPreemptive::new(cpus, Discipline::Fifo)),
+            PolicySpec::Gfifo => Box::new(NonPreemptive::new(cpus, Discipline::Gfifo)),
+            PolicySpec::Priq => Box::new(NonPreemptive::new(cpus, Discipline::Priq)),
+            PolicySpec::Lifo => Box::new(NonPreemptive::new(cpus, Discipline::Lifo)),
+            PolicySpec::Random { seed: own } => Box::new(NonPreemptive::new(
+                cpus,
+                Discipline::Random { seed: seed ^ own.rotate_left(32) },
+            )),
+        })
+    }
+}

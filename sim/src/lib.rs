@@ -1,0 +1,1 @@
+//! Discrete-event simulator that drives Tailor policies with virtual time.
