@@ -1,1 +1,16 @@
-//! Discrete-event simulator that drives Tailor policies with virtual time.
+//! Discrete-event simulator that drives Tailor's policies with virtual time.
+//!
+//! `scenario` parses the TOML a user writes, `model` compiles it, `engine`
+//! runs it (calling the same `tailor_core::Policy` objects the runtime uses),
+//! `metrics` summarises, `sweep` runs many points in parallel and searches
+//! for the max load under SLO, `report` prints tables, CSV and SVG, and
+//! `theory` holds the closed-form results the tests pin the engine to.
+
+pub mod engine;
+pub mod metrics;
+pub mod model;
+pub mod report;
+pub mod scenario;
+pub mod sweep;
+pub mod theory;
+pub mod timers;

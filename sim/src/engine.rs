@@ -1,0 +1,582 @@
+//! The discrete-event engine: virtual time, an event heap, nodes whose CPUs
+//! are assigned by the very `Policy` objects the runtime uses.
+//!
+//! Determinism: every random draw comes from a stream derived from the
+//! scenario seed; per-request draws (class, fanout, instances, demands,
+//! branches, network delays) come from a stream derived from the request's
+//! index, so two policies see exactly the same requests (common random
+//! numbers) and differences between them are the policies', not noise. Equal
+//! event times are broken by insertion order.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, VecDeque};
+
+use tailor_core::tailguard::AdmissionController;
+use tailor_core::time::NEVER;
+use tailor_core::{Job, JobId, Nanos, Policy, Rng};
+
+use crate::metrics::Recorder;
+use crate::model::{ArrivalModel, Fanout, Model};
+use crate::timers::NodeTimers;
+
+// Stream ids for Rng::derive, so adding a stream never shifts another.
+const STREAM_ARRIVALS: u64 = 1;
+const STREAM_NOISE: u64 = 2;
+const STREAM_POLICY: u64 = 3;
+const STREAM_REQUEST: u64 = 1 << 32;
+
+#[derive(Clone, Copy, Debug)]
+enum EvKind {
+    Arrival,
+    /// A task reaches its node after the network delay.
+    Deliver { task: u32 },
+    /// An interrupt steals the CPU.
+    Noise { node: u32, cpu: u32 },
+    /// The response reaches the edge.
+    Respond { req: u32 },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Event {
+    time: Nanos,
+    seq: u64,
+    kind: EvKind,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        self.time == other.time && self.seq == other.seq
+    }
+}
+impl Eq for Event {}
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Event {
+    // BinaryHeap is a max-heap: reverse so the earliest (then first-inserted) pops first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.time.cmp(&self.time).then(other.seq.cmp(&self.seq))
+    }
+}
+
+struct Cpu {
+    since: Nanos,
+    /// When the running task completes if nothing intervenes (`NEVER` when idle).
+    done_at: Nanos,
+}
+
+struct Node {
+    policy: Box<dyn Policy>,
+    /// The task on each CPU as last applied: compared with `policy.running()`
+    /// as a whole slice, so an event that changes no assignment costs one compare.
+    assigned: Vec<Option<JobId>>,
+    cpus: Vec<Cpu>,
+    context_switch: Nanos,
+    /// When the policy wants `tick` (`NEVER`: not needed).
+    tick_at: Nanos,
+}
+
+struct Task {
+    act: u32,
+    node: u32,
+    remaining: Nanos,
+    deadline: Nanos,
+    started: bool,
+    preempted: bool,
+}
+
+/// One activation of a stage: its tasks join here.
+struct Activation {
+    req: u32,
+    stage: u32,
+    pending: u32,
+    ideal_end: Nanos,
+}
+
+struct Request {
+    index: u64,
+    gat: Nanos,
+    class: u8,
+    fanout: u32,
+    outstanding: u32,
+    ideal_end: Nanos,
+    demand: Nanos,
+    rng: Rng,
+}
+
+/// A vector with a free list: stable small indices, no allocation in steady state.
+struct Slab<T> {
+    items: Vec<Option<T>>,
+    free: Vec<u32>,
+}
+
+impl<T> Slab<T> {
+    fn new() -> Self {
+        Slab { items: Vec::new(), free: Vec::new() }
+    }
+    fn insert(&mut self, v: T) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.items[i as usize] = Some(v);
+                i
+            }
+            None => {
+                self.items.push(Some(v));
+                (self.items.len() - 1) as u32
+            }
+        }
+    }
+    fn remove(&mut self, i: u32) -> T {
+        let v = self.items[i as usize].take().expect("slab slot in use");
+        self.free.push(i);
+        v
+    }
+    #[inline]
+    fn get(&self, i: u32) -> &T {
+        self.items[i as usize].as_ref().expect("slab slot in use")
+    }
+    #[inline]
+    fn get_mut(&mut self, i: u32) -> &mut T {
+        self.items[i as usize].as_mut().expect("slab slot in use")
+    }
+}
+
+struct Arrivals {
+    model: ArrivalModel,
+    rng: Rng,
+    next_index: u64,
+    trace_pos: usize,
+    carry: f64,
+}
+
+impl Arrivals {
+    fn next_gap(&mut self) -> Nanos {
+        // Keep the fractional nanoseconds so long runs hold the exact rate.
+        let gap = match &self.model {
+            ArrivalModel::Poisson { mean_gap } => self.rng.exp(*mean_gap),
+            ArrivalModel::Deterministic { gap } => *gap,
+            ArrivalModel::Pareto { xm, alpha } => xm / self.rng.next_f64_open0().powf(1.0 / alpha),
+            ArrivalModel::Trace { gaps, scale } => {
+                let g = gaps[self.trace_pos % gaps.len()] as f64 * scale;
+                self.trace_pos += 1;
+                g
+            }
+        } + self.carry;
+        let whole = gap.floor();
+        self.carry = gap - whole;
+        whole as Nanos
+    }
+}
+
+/// Counters of one run, besides the per-request records.
+#[derive(Clone, Debug, Default)]
+pub struct RunStats {
+    pub events: u64,
+    pub end_time: Nanos,
+    pub noise_stolen: Nanos,
+    pub preemptions: u64,
+}
+
+/// Runs one simulation of `model` to completion of its measured requests.
+pub fn run(model: &Model) -> (Recorder, RunStats) {
+    Engine::new(model).run()
+}
+
+struct Engine<'m> {
+    m: &'m Model,
+    now: Nanos,
+    heap: BinaryHeap<Event>,
+    seq: u64,
+    nodes: Vec<Node>,
+    timers: NodeTimers,
+    tasks: Slab<Task>,
+    acts: Slab<Activation>,
+    reqs: Slab<Request>,
+    arrivals: Arrivals,
+    edge_queue: VecDeque<u32>,
+    in_flight: u64,
+    admission: Option<AdmissionController>,
+    noise_rng: Rng,
+    rec: Recorder,
+    stats: RunStats,
+    measured_left: u64,
+    scratch: Vec<u32>,
+}
+
+impl<'m> Engine<'m> {
+    fn new(m: &'m Model) -> Self {
+        let mut nodes = Vec::with_capacity(m.node_count);
+        for (si, s) in m.services.iter().enumerate() {
+            for inst in 0..s.instances {
+                let node_seed = Rng::derive(m.seed, STREAM_POLICY + ((si as u64) << 20) + inst as u64).next_u64();
+                nodes.push(Node {
+                    policy: s.policy.build(s.cores, node_seed).expect("policy validated when the scenario loaded"),
+                    assigned: vec![None; s.cores],
+                    cpus: (0..s.cores).map(|_| Cpu { since: 0, done_at: NEVER }).collect(),
+                    context_switch: s.context_switch,
+                    tick_at: NEVER,
+                });
+            }
+        }
+        Engine {
+            m,
+            now: 0,
+            heap: BinaryHeap::with_capacity(1024),
+            seq: 0,
+            timers: NodeTimers::new(nodes.len()),
+            nodes,
+            tasks: Slab::new(),
+            acts: Slab::new(),
+            reqs: Slab::new(),
+            arrivals: Arrivals {
+                model: m.arrival.clone(),
+                rng: Rng::derive(m.seed, STREAM_ARRIVALS),
+                next_index: 0,
+                trace_pos: 0,
+                carry: 0.0,
+            },
+            edge_queue: VecDeque::new(),
+            in_flight: 0,
+            admission: m.admission.map(|(r_th, window)| {
+                AdmissionController::new(r_th, window).expect("admission parameters validated when the scenario loaded")
+            }),
+            noise_rng: Rng::derive(m.seed, STREAM_NOISE),
+            rec: Recorder::new(m),
+            stats: RunStats::default(),
+            measured_left: m.requests,
+            scratch: Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, time: Nanos, kind: EvKind) {
+        self.seq += 1;
+        self.heap.push(Event { time, seq: self.seq, kind });
+    }
+
+    fn run(mut self) -> (Recorder, RunStats) {
+        self.push(0, EvKind::Arrival);
+        if let Some((rate, _)) = &self.m.noise {
+            for n in 0..self.nodes.len() {
+                for c in 0..self.nodes[n].cpus.len() {
+                    let t = self.noise_rng.exp(1.0 / rate) as Nanos;
+                    self.push(t, EvKind::Noise { node: n as u32, cpu: c as u32 });
+                }
+            }
+        }
+        while self.measured_left > 0 {
+            // The next event is the earlier of the event heap's and the node timers'.
+            let timer = self.timers.peek();
+            let from_heap = match (self.heap.peek(), timer) {
+                (Some(e), Some((t, s, _))) => (e.time, e.seq) < (t, s),
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            if from_heap {
+                let ev = self.heap.pop().expect("peeked");
+                debug_assert!(ev.time >= self.now, "time went backwards");
+                self.now = ev.time;
+                match ev.kind {
+                    EvKind::Arrival => self.on_arrival(),
+                    EvKind::Deliver { task } => self.on_deliver(task),
+                    EvKind::Noise { node, cpu } => self.on_noise(node as usize, cpu as usize),
+                    EvKind::Respond { req } => self.on_respond(req),
+                }
+            } else {
+                let (t, _, node) = timer.expect("peeked");
+                debug_assert!(t >= self.now, "time went backwards");
+                self.now = t;
+                self.on_node_timer(node);
+            }
+            self.stats.events += 1;
+        }
+        self.stats.end_time = self.now;
+        (self.rec, self.stats)
+    }
+
+    fn measured(&self, index: u64) -> bool {
+        index >= self.m.warmup && index < self.m.warmup + self.m.requests
+    }
+
+    fn on_arrival(&mut self) {
+        let index = self.arrivals.next_index;
+        self.arrivals.next_index += 1;
+        let gap = self.arrivals.next_gap();
+        self.push(self.now + gap, EvKind::Arrival);
+
+        let mut rng = Rng::derive(self.m.seed, STREAM_REQUEST + index);
+        let class = if self.m.classes.len() == 1 {
+            0
+        } else {
+            let u = rng.next_f64();
+            self.m.classes.iter().position(|c| u < c.cumulative_weight).unwrap_or(self.m.classes.len() - 1) as u8
+        };
+        let measured = self.measured(index);
+        if let Some(ac) = &mut self.admission {
+            if !ac.admit(self.now) {
+                if measured {
+                    self.rec.rejected(class);
+                    self.measured_left -= 1;
+                }
+                return;
+            }
+        }
+        if measured {
+            self.rec.admitted();
+        }
+        let req = self.reqs.insert(Request {
+            index,
+            gat: self.now,
+            class,
+            fanout: 1,
+            outstanding: 0,
+            ideal_end: self.now,
+            demand: 0,
+            rng,
+        });
+        match self.m.in_flight_cap {
+            Some(cap) if self.in_flight >= cap => self.edge_queue.push_back(req),
+            _ => self.start(req),
+        }
+    }
+
+    fn start(&mut self, req: u32) {
+        self.in_flight += 1;
+        let gat = self.reqs.get(req).gat;
+        for i in 0..self.m.roots.len() {
+            let stage = self.m.roots[i];
+            self.activate(req, stage, gat);
+        }
+    }
+
+    /// Starts one activation of `stage` for `req`: picks the fanout and the
+    /// instances, samples each task's demand and sends the tasks.
+    fn activate(&mut self, req: u32, stage: usize, ideal_start: Nanos) {
+        let m = self.m;
+        let st = &m.stages[stage];
+        let svc = &m.services[st.service];
+        let r = self.reqs.get_mut(req);
+        let k = match &st.fanout {
+            Fanout::Fixed(k) => *k,
+            Fanout::Table { values, cumulative } => {
+                let u = r.rng.next_f64();
+                values[cumulative.iter().position(|&c| u < c).unwrap_or(values.len() - 1)]
+            }
+        };
+        r.fanout = r.fanout.max(k);
+        r.outstanding += 1;
+        let class = r.class;
+        // k distinct instances out of `instances` (partial Fisher–Yates).
+        let mut chosen = std::mem::take(&mut self.scratch);
+        chosen.clear();
+        if svc.instances == 1 {
+            chosen.push(0);
+        } else {
+            chosen.extend(0..svc.instances as u32);
+            for i in 0..k as usize {
+                let j = i + r.rng.below((svc.instances - i) as u64) as usize;
+                chosen.swap(i, j);
+            }
+            chosen.truncate(k as usize);
+        }
+        let deadline = match m.budgets.get(class, stage, k) {
+            Some(b) => self.now.saturating_add(b),
+            None => NEVER,
+        };
+        let act = self.acts.insert(Activation { req, stage: stage as u32, pending: k, ideal_end: ideal_start });
+        for &inst in &chosen {
+            let r = self.reqs.get_mut(req);
+            let demand = svc.service_time.sample_ns(&mut r.rng);
+            let delay = m.network.as_ref().map_or(0, |d| d.sample_ns(&mut r.rng));
+            r.demand += demand;
+            let a = self.acts.get_mut(act);
+            a.ideal_end = a.ideal_end.max(ideal_start + delay + demand);
+            let node = (svc.first_node + inst as usize) as u32;
+            let task = self.tasks.insert(Task { act, node, remaining: demand, deadline, started: false, preempted: false });
+            if delay == 0 {
+                self.on_deliver(task);
+            } else {
+                self.push(self.now + delay, EvKind::Deliver { task });
+            }
+        }
+        self.scratch = chosen;
+    }
+
+    fn on_deliver(&mut self, task: u32) {
+        let t = self.tasks.get(task);
+        let node = t.node as usize;
+        let r = self.reqs.get(self.acts.get(t.act).req);
+        let job = Job { id: task as u64, gat: r.gat, deadline: t.deadline, class: r.class };
+        self.nodes[node].policy.arrive(self.now, job);
+        self.sync(node);
+    }
+
+    /// The node's timer fired: one completion (lowest CPU first) or, if no
+    /// task completes now, the policy's tick. One event each.
+    fn on_node_timer(&mut self, node: usize) {
+        let now = self.now;
+        let n = &mut self.nodes[node];
+        if let Some(cpu) = n.cpus.iter().position(|c| c.done_at <= now) {
+            self.on_complete(node, cpu);
+        } else {
+            debug_assert!(n.tick_at <= now, "a node timer fired with nothing due");
+            n.tick_at = NEVER;
+            n.policy.tick(now);
+            self.sync(node);
+        }
+    }
+
+    fn on_complete(&mut self, node: usize, cpu: usize) {
+        let n = &mut self.nodes[node];
+        let task = n.assigned[cpu].take().expect("completion on a busy CPU") as u32;
+        n.cpus[cpu].done_at = NEVER;
+        n.policy.complete(self.now, task as u64);
+        self.sync(node);
+        let t = self.tasks.remove(task);
+        let a = self.acts.get_mut(t.act);
+        a.pending -= 1;
+        if a.pending == 0 {
+            self.finish_activation(t.act);
+        }
+    }
+
+    fn finish_activation(&mut self, act: u32) {
+        let a = self.acts.remove(act);
+        let m = self.m;
+        let st = &m.stages[a.stage as usize];
+        let req = a.req;
+        let mut spawned = false;
+        for &(next, p) in &st.next {
+            if p >= 1.0 || self.reqs.get_mut(req).rng.next_f64() < p {
+                self.activate(req, next, a.ideal_end);
+                spawned = true;
+            }
+        }
+        if !st.choose.is_empty() {
+            let u = self.reqs.get_mut(req).rng.next_f64();
+            let next = st.choose.iter().find(|&&(_, c)| u < c).unwrap_or(st.choose.last().unwrap()).0;
+            self.activate(req, next, a.ideal_end);
+            spawned = true;
+        }
+        let r = self.reqs.get_mut(req);
+        if !spawned {
+            r.ideal_end = r.ideal_end.max(a.ideal_end);
+        }
+        r.outstanding -= 1;
+        if r.outstanding == 0 {
+            let delay = m.network.as_ref().map_or(0, |d| d.sample_ns(&mut r.rng));
+            r.ideal_end += delay;
+            if delay == 0 {
+                self.on_respond(req);
+            } else {
+                self.push(self.now + delay, EvKind::Respond { req });
+            }
+        }
+    }
+
+    fn on_respond(&mut self, req: u32) {
+        let r = self.reqs.remove(req);
+        if self.measured(r.index) {
+            self.rec.record(r.gat, self.now, r.ideal_end, r.class, r.fanout, r.demand);
+            self.measured_left -= 1;
+        }
+        self.in_flight -= 1;
+        if let Some(next) = self.edge_queue.pop_front() {
+            self.start(next);
+        }
+    }
+
+    fn on_noise(&mut self, node: usize, cpu: usize) {
+        let (rate, dur) = self.m.noise.as_ref().expect("noise events only when noise is on");
+        let d = dur.sample_ns(&mut self.noise_rng);
+        let next = self.now + self.noise_rng.exp(1.0 / rate) as Nanos + 1;
+        self.push(next, EvKind::Noise { node: node as u32, cpu: cpu as u32 });
+        let now = self.now;
+        let n = &mut self.nodes[node];
+        let c = &mut n.cpus[cpu];
+        if let Some(task) = n.assigned[cpu].map(|id| id as u32) {
+            // The interrupt steals `d` from the running task: charge what it ran,
+            // then push its completion back.
+            let t = self.tasks.get_mut(task);
+            t.remaining = t.remaining.saturating_sub(now - c.since) + d;
+            c.since = now;
+            c.done_at = now + t.remaining;
+            self.stats.noise_stolen += d;
+            self.update_timer(node);
+        }
+    }
+
+    /// Applies the policy's current assignment of `node`: charges CPU time to
+    /// tasks that leave a CPU, starts tasks that get one, schedules completions
+    /// and the next policy tick.
+    fn sync(&mut self, node: usize) {
+        let now = self.now;
+        let (measure_from, measure_to) = (self.m.warmup, self.m.warmup + self.m.requests);
+        let n = &mut self.nodes[node];
+        let running = n.policy.running();
+        if running != &n.assigned[..] {
+            let ncpu = n.cpus.len();
+            // Pass 1: tasks leaving a CPU (preempted or migrated) are charged first,
+            // so a task that moves between CPUs is charged before it restarts.
+            for cpu in 0..ncpu {
+                if n.assigned[cpu] != running[cpu] {
+                    let c = &mut n.cpus[cpu];
+                    if let Some(old) = n.assigned[cpu].take() {
+                        let t = self.tasks.get_mut(old as u32);
+                        t.remaining = t.remaining.saturating_sub(now - c.since);
+                        t.preempted = true;
+                        self.stats.preemptions += 1;
+                    }
+                    c.done_at = NEVER;
+                }
+            }
+            // Pass 2: start what the policy assigned to each CPU that is now empty.
+            for cpu in 0..ncpu {
+                let Some(id) = running[cpu] else { continue };
+                if n.assigned[cpu].is_some() {
+                    continue;
+                }
+                let c = &mut n.cpus[cpu];
+                let task = id as u32;
+                let t = self.tasks.get_mut(task);
+                if t.preempted {
+                    t.remaining += n.context_switch;
+                    t.preempted = false;
+                }
+                if !t.started {
+                    t.started = true;
+                    let missed = now > t.deadline;
+                    let act = self.acts.get(t.act);
+                    let r = self.reqs.get(act.req);
+                    if (measure_from..measure_to).contains(&r.index) {
+                        self.rec.task_dequeued(missed);
+                    }
+                    if let Some(ac) = &mut self.admission {
+                        ac.record_task(now, missed);
+                    }
+                }
+                n.assigned[cpu] = Some(id);
+                c.since = now;
+                c.done_at = now + t.remaining;
+            }
+        }
+        // A policy must move its next tick past `now` after a tick; clamping
+        // keeps a policy bug from spinning the simulator at one instant.
+        n.tick_at = n.policy.next_tick().map_or(NEVER, |t| t.max(now + 1));
+        self.update_timer(node);
+    }
+
+    /// Points the node's timer at its earliest completion or tick.
+    #[inline]
+    fn update_timer(&mut self, node: usize) {
+        let n = &self.nodes[node];
+        let next = n.cpus.iter().fold(n.tick_at, |t, c| t.min(c.done_at));
+        if next != self.timers.get(node) {
+            self.seq += 1;
+            self.timers.set(node, next, self.seq);
+        }
+    }
+}

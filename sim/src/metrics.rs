@@ -1,0 +1,368 @@
+//! Per-request records of a run and the summary computed from them:
+//! percentiles, throughput, reordering %, per-class and per-fanout tails,
+//! deadline misses and rejections. Definitions are in `docs/metrics.md`.
+
+use serde::Serialize;
+use tailor_core::time::{to_millis_f64, NANOS_PER_SEC};
+use tailor_core::Nanos;
+
+use crate::model::Model;
+
+/// Everything recorded about the measured requests of one run (struct of arrays).
+#[derive(Clone, Debug, Default)]
+pub struct Recorder {
+    pub gat: Vec<Nanos>,
+    pub latency: Vec<Nanos>,
+    /// Latency the request would have had with no queuing anywhere.
+    pub ideal_latency: Vec<Nanos>,
+    pub class: Vec<u8>,
+    pub fanout: Vec<u32>,
+    /// Total CPU demand of the request over all its tasks.
+    pub demand: Vec<Nanos>,
+    pub admitted: u64,
+    pub rejected_by_class: Vec<u64>,
+    pub tasks_dequeued: u64,
+    pub tasks_missed: u64,
+    class_names: Vec<String>,
+    class_slo: Vec<Option<(f64, Nanos)>>,
+}
+
+impl Recorder {
+    pub fn new(m: &Model) -> Self {
+        let n = m.requests as usize;
+        Recorder {
+            gat: Vec::with_capacity(n),
+            latency: Vec::with_capacity(n),
+            ideal_latency: Vec::with_capacity(n),
+            class: Vec::with_capacity(n),
+            fanout: Vec::with_capacity(n),
+            demand: Vec::with_capacity(n),
+            rejected_by_class: vec![0; m.classes.len()],
+            class_names: m.classes.iter().map(|c| c.name.clone()).collect(),
+            class_slo: m.classes.iter().map(|c| c.slo.map(|s| (c.percentile, s))).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[inline]
+    pub fn record(&mut self, gat: Nanos, done: Nanos, ideal_end: Nanos, class: u8, fanout: u32, demand: Nanos) {
+        self.gat.push(gat);
+        self.latency.push(done - gat);
+        self.ideal_latency.push(ideal_end - gat);
+        self.class.push(class);
+        self.fanout.push(fanout);
+        self.demand.push(demand);
+    }
+
+    #[inline]
+    pub fn admitted(&mut self) {
+        self.admitted += 1;
+    }
+
+    #[inline]
+    pub fn rejected(&mut self, class: u8) {
+        self.rejected_by_class[class as usize] += 1;
+    }
+
+    #[inline]
+    pub fn task_dequeued(&mut self, missed: bool) {
+        self.tasks_dequeued += 1;
+        self.tasks_missed += missed as u64;
+    }
+
+    /// Computes the run's summary. Sorting makes this O(n log n); it runs once per run.
+    pub fn summarize(&self) -> Summary {
+        let n = self.latency.len();
+        let mut sorted = self.latency.clone();
+        sorted.sort_unstable();
+        let rejected: u64 = self.rejected_by_class.iter().sum();
+        let offered = self.admitted + rejected;
+        let span = if n > 0 {
+            let first = *self.gat.iter().min().unwrap();
+            let last = self.gat.iter().zip(&self.latency).map(|(g, l)| g + l).max().unwrap();
+            (last - first).max(1)
+        } else {
+            1
+        };
+        let mut slowdown: Vec<f64> =
+            self.latency.iter().zip(&self.demand).map(|(&l, &d)| l as f64 / d.max(1) as f64).collect();
+        slowdown.sort_unstable_by(f64::total_cmp);
+
+        let mut per_class = Vec::new();
+        for (c, name) in self.class_names.iter().enumerate() {
+            let mut lat: Vec<Nanos> = self.select(|i| self.class[i] as usize == c);
+            lat.sort_unstable();
+            let pct = self.class_slo[c].map_or(99.0, |(p, _)| p);
+            per_class.push(ClassSummary {
+                class: name.clone(),
+                count: lat.len() as u64,
+                rejected: self.rejected_by_class[c],
+                percentile: pct,
+                tail_ms: quantile_ms(&lat, pct / 100.0),
+                p99_ms: quantile_ms(&lat, 0.99),
+                slo_ms: self.class_slo[c].map(|(_, s)| to_millis_f64(s)),
+            });
+        }
+        let mut fanouts: Vec<u32> = self.fanout.clone();
+        fanouts.sort_unstable();
+        fanouts.dedup();
+        let mut per_fanout = Vec::new();
+        let mut groups = Vec::new();
+        for &k in &fanouts {
+            let mut lat: Vec<Nanos> = self.select(|i| self.fanout[i] == k);
+            lat.sort_unstable();
+            per_fanout.push(FanoutSummary { fanout: k, count: lat.len() as u64, p99_ms: quantile_ms(&lat, 0.99) });
+            for (c, slo) in self.class_slo.iter().enumerate() {
+                let Some((pct, slo)) = *slo else { continue };
+                let mut lat: Vec<Nanos> = self.select(|i| self.fanout[i] == k && self.class[i] as usize == c);
+                if lat.is_empty() {
+                    continue;
+                }
+                lat.sort_unstable();
+                let tail = quantile_ms(&lat, pct / 100.0);
+                groups.push(GroupSummary {
+                    class: self.class_names[c].clone(),
+                    fanout: k,
+                    count: lat.len() as u64,
+                    percentile: pct,
+                    tail_ms: tail,
+                    slo_ms: to_millis_f64(slo),
+                    met: tail <= to_millis_f64(slo),
+                });
+            }
+        }
+        let has_slo = self.class_slo.iter().any(Option::is_some);
+        let ci95 = self.batch_ci95();
+        Summary {
+            requests: n as u64,
+            offered,
+            rejected,
+            rejected_pct: pct_of(rejected, offered),
+            latency_ms: Percentiles::of_sorted(&sorted),
+            ci95,
+            throughput_rps: n as f64 / (span as f64 / NANOS_PER_SEC as f64),
+            reordering_pct: reordering_pct(&self.gat, &self.latency, &self.ideal_latency),
+            slowdown_p99: quantile_f64(&slowdown, 0.99),
+            tasks: self.tasks_dequeued,
+            deadline_miss_pct: pct_of(self.tasks_missed, self.tasks_dequeued),
+            slo_met: if has_slo { Some(!groups.is_empty() && groups.iter().all(|g| g.met)) } else { None },
+            per_class,
+            per_fanout,
+            per_class_fanout: groups,
+        }
+    }
+
+    /// 95% confidence intervals of the mean and p99 by batch means: the
+    /// measured requests in arrival order cut into 20 batches, the statistic
+    /// per batch, a t-interval (19 degrees of freedom) over the batches.
+    /// Consecutive batches of a stable queue are nearly independent when each
+    /// holds many busy periods; with fewer than 20 requests per batch there is
+    /// no interval.
+    fn batch_ci95(&self) -> Option<ConfidenceIntervals> {
+        const BATCHES: usize = 20;
+        const T_19_975: f64 = 2.093;
+        let n = self.latency.len();
+        if n < BATCHES * 20 {
+            return None;
+        }
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_unstable_by_key(|&i| self.gat[i]);
+        let size = n / BATCHES;
+        let (mut means, mut p99s) = (Vec::with_capacity(BATCHES), Vec::with_capacity(BATCHES));
+        for b in 0..BATCHES {
+            let mut lat: Vec<Nanos> = order[b * size..(b + 1) * size].iter().map(|&i| self.latency[i]).collect();
+            means.push(lat.iter().map(|&x| x as f64).sum::<f64>() / size as f64 / 1e6);
+            lat.sort_unstable();
+            p99s.push(quantile_ms(&lat, 0.99));
+        }
+        let interval = |xs: &[f64]| {
+            let m = xs.iter().sum::<f64>() / xs.len() as f64;
+            let var = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (xs.len() - 1) as f64;
+            let half = T_19_975 * (var / xs.len() as f64).sqrt();
+            [m - half, m + half]
+        };
+        Some(ConfidenceIntervals { mean_ms: interval(&means), p99_ms: interval(&p99s) })
+    }
+
+    fn select(&self, keep: impl Fn(usize) -> bool) -> Vec<Nanos> {
+        (0..self.latency.len()).filter(|&i| keep(i)).map(|i| self.latency[i]).collect()
+    }
+}
+
+fn pct_of(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+/// Nearest-rank quantile of sorted values: the value at rank ⌈p·n⌉ (1-based).
+pub fn quantile_sorted(sorted: &[Nanos], p: f64) -> Nanos {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn quantile_ms(sorted: &[Nanos], p: f64) -> f64 {
+    to_millis_f64(quantile_sorted(sorted, p))
+}
+
+fn quantile_f64(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// Percentage of requests overtaken by a request that should have finished
+/// after them: request i is *reordered* if some j has ideal completion
+/// (gat_j + ideal_j) later than i's but actual completion earlier than i's.
+/// The ideal completion is the one with no queuing anywhere (TailClipper §2.3,
+/// §5.4). O(n log n): sweep in decreasing ideal order keeping the earliest
+/// actual completion seen so far.
+pub fn reordering_pct(gat: &[Nanos], latency: &[Nanos], ideal: &[Nanos]) -> f64 {
+    let n = gat.len();
+    if n == 0 {
+        return 0.0;
+    }
+    let mut order: Vec<(Nanos, Nanos)> = (0..n).map(|i| (gat[i] + ideal[i], gat[i] + latency[i])).collect();
+    // Decreasing ideal completion; among equal ideals none overtakes another.
+    order.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    let mut reordered = 0u64;
+    let mut earliest_later = Nanos::MAX; // min actual completion among strictly-later ideals
+    let mut i = 0;
+    while i < n {
+        let mut j = i;
+        let mut group_min = Nanos::MAX;
+        while j < n && order[j].0 == order[i].0 {
+            if order[j].1 > earliest_later {
+                reordered += 1;
+            }
+            group_min = group_min.min(order[j].1);
+            j += 1;
+        }
+        earliest_later = earliest_later.min(group_min);
+        i = j;
+    }
+    100.0 * reordered as f64 / n as f64
+}
+
+/// The summary of one run; the `--json` schema (docs/sim-json.md).
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    /// Measured requests that completed.
+    pub requests: u64,
+    /// Measured requests offered (completed + rejected by admission control).
+    pub offered: u64,
+    pub rejected: u64,
+    pub rejected_pct: f64,
+    pub latency_ms: Percentiles,
+    /// Batch-means 95% confidence intervals (absent for small runs).
+    pub ci95: Option<ConfidenceIntervals>,
+    pub throughput_rps: f64,
+    pub reordering_pct: f64,
+    /// 99th percentile of latency / total CPU demand.
+    pub slowdown_p99: f64,
+    /// Tasks of measured requests that were dequeued (dispatched the first time).
+    pub tasks: u64,
+    pub deadline_miss_pct: f64,
+    /// Every (class, fanout) group meets its class SLO; `None` without SLOs.
+    pub slo_met: Option<bool>,
+    pub per_class: Vec<ClassSummary>,
+    pub per_fanout: Vec<FanoutSummary>,
+    pub per_class_fanout: Vec<GroupSummary>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ConfidenceIntervals {
+    pub mean_ms: [f64; 2],
+    pub p99_ms: [f64; 2],
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Percentiles {
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    pub fn of_sorted(sorted: &[Nanos]) -> Self {
+        let mean = if sorted.is_empty() { 0.0 } else { sorted.iter().map(|&x| x as f64).sum::<f64>() / sorted.len() as f64 };
+        Percentiles {
+            mean: mean / 1e6,
+            p50: quantile_ms(sorted, 0.50),
+            p90: quantile_ms(sorted, 0.90),
+            p99: quantile_ms(sorted, 0.99),
+            p999: quantile_ms(sorted, 0.999),
+            max: sorted.last().map_or(0.0, |&x| to_millis_f64(x)),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ClassSummary {
+    pub class: String,
+    pub count: u64,
+    pub rejected: u64,
+    /// The class's SLO percentile (99 if it has no SLO) and the latency at it.
+    pub percentile: f64,
+    pub tail_ms: f64,
+    pub p99_ms: f64,
+    pub slo_ms: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FanoutSummary {
+    pub fanout: u32,
+    pub count: u64,
+    pub p99_ms: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct GroupSummary {
+    pub class: String,
+    pub fanout: u32,
+    pub count: u64,
+    pub percentile: f64,
+    pub tail_ms: f64,
+    pub slo_ms: f64,
+    pub met: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_quantiles() {
+        let v: Vec<Nanos> = (1..=100).collect();
+        assert_eq!(quantile_sorted(&v, 0.99), 99);
+        assert_eq!(quantile_sorted(&v, 0.5), 50);
+        assert_eq!(quantile_sorted(&v, 1.0), 100);
+        assert_eq!(quantile_sorted(&v, 0.0), 1);
+        assert_eq!(quantile_sorted(&[], 0.5), 0);
+    }
+
+    #[test]
+    fn reordering_counts_requests_overtaken_by_later_ideals() {
+        // Ideal completions 10, 20, 30. Actual: 35, 25, 30 → request 0 (ideal 10)
+        // finished after 1 and 2, which ideally finish later: reordered. Request 1
+        // (ideal 20, actual 25) finished before 2's 30: not reordered.
+        let gat = [0, 0, 0];
+        let ideal = [10, 20, 30];
+        let lat = [35, 25, 30];
+        assert!((reordering_pct(&gat, &lat, &ideal) - 100.0 / 3.0).abs() < 1e-9);
+        // In order: nobody reordered.
+        assert_eq!(reordering_pct(&gat, &[10, 20, 30], &ideal), 0.0);
+        // Equal ideals never count as overtaking each other.
+        assert_eq!(reordering_pct(&[0, 0], &[7, 5], &[5, 5]), 0.0);
+    }
+}

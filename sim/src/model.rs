@@ -1,0 +1,471 @@
+//! The simulator's compiled view of a scenario: distributions built, names
+//! resolved to indices, load converted to an arrival rate, deadline budgets
+//! precomputed. Building a model is where every file the scenario names is read.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use tailor_core::dist::{Dist, DistSpec};
+use tailor_core::tailguard::Planner;
+use tailor_core::time::{from_micros_f64, from_millis_f64, NANOS_PER_SEC};
+use tailor_core::{Nanos, PolicySpec};
+
+use crate::scenario::{ArrivalSpec, DeadlineMode, FanoutSpec, LoadedScenario, Scenario};
+
+/// A service with its nodes' parameters.
+#[derive(Clone, Debug)]
+pub struct ServiceModel {
+    pub name: String,
+    pub cores: usize,
+    pub instances: usize,
+    pub policy: PolicySpec,
+    pub service_time: Dist,
+    pub context_switch: Nanos,
+    /// Index of this service's first node; its instances are consecutive.
+    pub first_node: usize,
+}
+
+/// How many tasks a stage sends.
+#[derive(Clone, Debug)]
+pub enum Fanout {
+    Fixed(u32),
+    /// Values with cumulative normalised weights.
+    Table { values: Vec<u32>, cumulative: Vec<f64> },
+}
+
+impl Fanout {
+    pub fn mean(&self) -> f64 {
+        match self {
+            Fanout::Fixed(k) => *k as f64,
+            Fanout::Table { values, cumulative } => {
+                let mut prev = 0.0;
+                values
+                    .iter()
+                    .zip(cumulative)
+                    .map(|(&v, &c)| {
+                        let w = c - prev;
+                        prev = c;
+                        v as f64 * w
+                    })
+                    .sum()
+            }
+        }
+    }
+
+    pub fn values(&self) -> Vec<u32> {
+        match self {
+            Fanout::Fixed(k) => vec![*k],
+            Fanout::Table { values, .. } => values.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct StageModel {
+    pub name: String,
+    pub service: usize,
+    pub fanout: Fanout,
+    /// Independent successors: (stage, probability).
+    pub next: Vec<(usize, f64)>,
+    /// Exclusive successors: (stage, cumulative normalised probability).
+    pub choose: Vec<(usize, f64)>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ClassModel {
+    pub name: String,
+    pub cumulative_weight: f64,
+    pub slo: Option<Nanos>,
+    pub percentile: f64,
+}
+
+/// Arrival process, with gaps in ns.
+#[derive(Clone, Debug)]
+pub enum ArrivalModel {
+    Poisson { mean_gap: f64 },
+    Deterministic { gap: f64 },
+    /// Pareto gaps with scale `xm` and shape `alpha` (mean xm·α/(α−1)).
+    Pareto { xm: f64, alpha: f64 },
+    /// Replayed gaps, multiplied by `scale`.
+    Trace { gaps: Vec<Nanos>, scale: f64 },
+}
+
+#[derive(Clone, Debug)]
+pub struct Model {
+    pub name: String,
+    pub seed: u64,
+    pub requests: u64,
+    pub warmup: u64,
+    pub services: Vec<ServiceModel>,
+    pub stages: Vec<StageModel>,
+    /// Stages started when a request enters.
+    pub roots: Vec<usize>,
+    pub classes: Vec<ClassModel>,
+    pub arrival: ArrivalModel,
+    /// Offered request rate (per second) and the busiest service's utilization.
+    pub rps: f64,
+    pub utilization: f64,
+    pub in_flight_cap: Option<u64>,
+    pub network: Option<Dist>,
+    /// (interrupts per ns per CPU, duration).
+    pub noise: Option<(f64, Dist)>,
+    pub deadline_mode: DeadlineMode,
+    /// Queuing budgets: the deadline of a task is its stage's start + budget.
+    pub budgets: Budgets,
+    /// (class, stage, fanout) whose SLO is below the unloaded tail: infeasible.
+    pub infeasible: Vec<(u8, usize, u32)>,
+    /// (r_th, window).
+    pub admission: Option<(f64, Nanos)>,
+    pub node_count: usize,
+}
+
+/// Which load to run at, overriding the file's `[load]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LoadOverride {
+    Rps(f64),
+    Utilization(f64),
+}
+
+/// What to change in a scenario for one run of a sweep or search.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub load: Option<LoadOverride>,
+    pub policy: Option<PolicySpec>,
+    pub requests: Option<u64>,
+    pub warmup: Option<u64>,
+    pub seed: Option<u64>,
+}
+
+/// Why a scenario could not be compiled into a model (files it names, mostly).
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct ModelError {
+    pub file: String,
+    pub message: String,
+}
+
+fn model_err(file: &Path, message: impl Into<String>) -> ModelError {
+    ModelError { file: file.display().to_string(), message: message.into() }
+}
+
+impl Model {
+    pub fn build(loaded: &LoadedScenario, ov: &Overrides) -> Result<Model, ModelError> {
+        let sc: &Scenario = &loaded.scenario;
+        let file = &loaded.path;
+        let base = &loaded.base_dir;
+        let build_dist = |what: &str, d: &DistSpec| -> Result<Dist, ModelError> {
+            d.build(base).map_err(|e| model_err(file, format!("{what}: {e}")))
+        };
+
+        let mut services = Vec::with_capacity(sc.services.len());
+        let mut node_count = 0;
+        for s in &sc.services {
+            services.push(ServiceModel {
+                name: s.name.clone(),
+                cores: s.cores,
+                instances: s.instances,
+                policy: ov.policy.clone().unwrap_or_else(|| s.policy.clone()),
+                service_time: build_dist(&format!("service {:?} service_time", s.name), &s.service_time)?,
+                context_switch: from_micros_f64(s.context_switch_us),
+                first_node: node_count,
+            });
+            node_count += s.instances;
+        }
+
+        let service_idx: HashMap<&str, usize> = sc.services.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+        let (stages, roots) = if sc.stages.is_empty() {
+            // The default call graph: a chain through the services in file order.
+            let n = sc.services.len();
+            let stages = (0..n)
+                .map(|i| StageModel {
+                    name: sc.services[i].name.clone(),
+                    service: i,
+                    fanout: Fanout::Fixed(1),
+                    next: if i + 1 < n { vec![(i + 1, 1.0)] } else { vec![] },
+                    choose: vec![],
+                })
+                .collect();
+            (stages, vec![0])
+        } else {
+            let stage_idx: HashMap<&str, usize> =
+                sc.stages.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+            let mut has_parent = vec![false; sc.stages.len()];
+            let stages: Vec<StageModel> = sc
+                .stages
+                .iter()
+                .map(|st| {
+                    let fanout = match &st.fanout {
+                        FanoutSpec::Fixed(k) => Fanout::Fixed(*k),
+                        FanoutSpec::Table(t) => Fanout::Table { values: t.values.clone(), cumulative: cumulative(&t.weights) },
+                    };
+                    let next: Vec<(usize, f64)> = st.next.iter().map(|e| (stage_idx[e.stage.as_str()], e.p)).collect();
+                    let weights: Vec<f64> = st.choose.iter().map(|e| e.p).collect();
+                    let choose: Vec<(usize, f64)> =
+                        st.choose.iter().map(|e| stage_idx[e.stage.as_str()]).zip(cumulative(&weights)).collect();
+                    for &(j, _) in next.iter().chain(&choose) {
+                        has_parent[j] = true;
+                    }
+                    StageModel { name: st.name.clone(), service: service_idx[st.service.as_str()], fanout, next, choose }
+                })
+                .collect();
+            let roots = (0..stages.len()).filter(|&i| !has_parent[i]).collect();
+            (stages, roots)
+        };
+
+        let classes = if sc.classes.is_empty() {
+            vec![ClassModel { name: "all".into(), cumulative_weight: 1.0, slo: None, percentile: 99.0 }]
+        } else {
+            let cum = cumulative(&sc.classes.iter().map(|c| c.weight).collect::<Vec<_>>());
+            sc.classes
+                .iter()
+                .zip(cum)
+                .map(|(c, w)| ClassModel {
+                    name: c.name.clone(),
+                    cumulative_weight: w,
+                    slo: c.slo_ms.map(from_millis_f64),
+                    percentile: c.percentile,
+                })
+                .collect()
+        };
+
+        // Load: λ from rps, or from the utilization of the busiest service.
+        let visits = expected_visits(&stages, &roots, services.len());
+        let work_per_request_per_core = services
+            .iter()
+            .enumerate()
+            .map(|(i, s)| visits[i] * s.service_time.mean_ns() / (s.instances * s.cores) as f64)
+            .fold(0.0f64, f64::max);
+        let load = ov.load.or(match (sc.load.rps, sc.load.utilization) {
+            (Some(r), _) => Some(LoadOverride::Rps(r)),
+            (_, Some(u)) => Some(LoadOverride::Utilization(u)),
+            _ => None,
+        });
+        let trace_gaps = match &sc.load.arrival {
+            ArrivalSpec::Trace { file: f } => Some(read_trace(&base.join(f))?),
+            _ => None,
+        };
+        let rps = match load {
+            Some(LoadOverride::Rps(r)) => r,
+            Some(LoadOverride::Utilization(u)) => u / work_per_request_per_core * NANOS_PER_SEC as f64,
+            None => match &trace_gaps {
+                Some(g) => NANOS_PER_SEC as f64 / (g.iter().sum::<Nanos>() as f64 / g.len() as f64).max(1.0),
+                None => return Err(model_err(file, "[load]: give `rps` or `utilization`")),
+            },
+        };
+        let utilization = rps / NANOS_PER_SEC as f64 * work_per_request_per_core;
+        let mean_gap = NANOS_PER_SEC as f64 / rps;
+        let arrival = match &sc.load.arrival {
+            ArrivalSpec::Poisson => ArrivalModel::Poisson { mean_gap },
+            ArrivalSpec::Deterministic => ArrivalModel::Deterministic { gap: mean_gap },
+            ArrivalSpec::Pareto { alpha } => ArrivalModel::Pareto { xm: mean_gap * (alpha - 1.0) / alpha, alpha: *alpha },
+            ArrivalSpec::Trace { .. } => {
+                let gaps = trace_gaps.unwrap();
+                let native = gaps.iter().sum::<Nanos>() as f64 / gaps.len() as f64;
+                ArrivalModel::Trace { gaps, scale: if native > 0.0 { mean_gap / native } else { 1.0 } }
+            }
+        };
+
+        let network = sc.network.as_ref().map(|n| build_dist("[network] delay", &n.delay)).transpose()?;
+        let noise = match &sc.noise {
+            Some(n) if n.rate_per_sec > 0.0 => {
+                Some((n.rate_per_sec / NANOS_PER_SEC as f64, build_dist("[noise] duration", &n.duration)?))
+            }
+            _ => None,
+        };
+
+        let mut model = Model {
+            name: sc.name.clone(),
+            seed: ov.seed.unwrap_or(sc.seed),
+            requests: ov.requests.unwrap_or(sc.requests),
+            warmup: ov.warmup.unwrap_or(sc.warmup),
+            services,
+            stages,
+            roots,
+            classes,
+            arrival,
+            rps,
+            utilization,
+            in_flight_cap: sc.load.in_flight_cap,
+            network,
+            noise,
+            deadline_mode: sc.deadlines.mode,
+            budgets: Budgets::default(),
+            infeasible: Vec::new(),
+            admission: sc.admission.as_ref().map(|a| (a.r_th, from_millis_f64(a.window_ms))),
+            node_count,
+        };
+        model.plan_budgets(sc.deadlines.rut_file.as_ref().map(|f| base.join(f)).as_deref(), file)?;
+        Ok(model)
+    }
+
+    /// Precomputes the queuing budget of every (class, stage, fanout).
+    ///
+    /// `slo` mode (T-EDFQ): budget = SLO. `tailguard` mode (TF-EDFQ): budget =
+    /// SLO − x_p^u(k), x_p^u from the stage's service-time distribution by the
+    /// product formula (Eq. 1–2) or from a RUT table. A request whose call graph
+    /// has several stages splits the budget; today each stage gets the whole
+    /// budget of the request (single-query requests, as in TailGuard §IV).
+    fn plan_budgets(&mut self, rut: Option<&Path>, file: &Path) -> Result<(), ModelError> {
+        if self.deadline_mode == DeadlineMode::None {
+            return Ok(());
+        }
+        let rut_table = match rut {
+            Some(p) => Some(tailor_core::tailguard::read_rut_table(p).map_err(|e| model_err(file, e.to_string()))?),
+            None => None,
+        };
+        for (ci, class) in self.classes.iter().enumerate() {
+            let Some(slo) = class.slo else { continue };
+            for (si, stage) in self.stages.iter().enumerate() {
+                let dist = &self.services[stage.service].service_time;
+                for k in stage.fanout.values() {
+                    let budget = match self.deadline_mode {
+                        DeadlineMode::Slo => slo,
+                        DeadlineMode::Tailguard => {
+                            let unloaded = match &rut_table {
+                                Some(t) => t.get(k as usize - 1).copied().ok_or_else(|| {
+                                    model_err(file, format!("[deadlines] rut_file has {} lines, fanout {k} needs line {k}", t.len()))
+                                })?,
+                                None => Planner::unloaded_quantile_homogeneous(dist, k, class.percentile / 100.0),
+                            };
+                            if unloaded >= slo {
+                                self.infeasible.push((ci as u8, si, k));
+                            }
+                            slo.saturating_sub(unloaded)
+                        }
+                        DeadlineMode::None => unreachable!(),
+                    };
+                    self.budgets.insert(ci as u8, si, k, budget, self.stages.len());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Budget per (class, stage, fanout), looked up on every stage activation, so a
+/// flat table indexed by class and stage with a short list of fanouts: no hashing.
+#[derive(Clone, Debug, Default)]
+pub struct Budgets {
+    stages: usize,
+    /// Index class · stages + stage → (fanout, budget) pairs.
+    table: Vec<Vec<(u32, Nanos)>>,
+}
+
+impl Budgets {
+    fn insert(&mut self, class: u8, stage: usize, fanout: u32, budget: Nanos, stages: usize) {
+        self.stages = stages;
+        let i = class as usize * stages + stage;
+        if self.table.len() <= i {
+            self.table.resize(i + 1, Vec::new());
+        }
+        self.table[i].push((fanout, budget));
+    }
+
+    /// The budget, or `None` without deadlines for this class.
+    #[inline]
+    pub fn get(&self, class: u8, stage: usize, fanout: u32) -> Option<Nanos> {
+        if self.table.is_empty() {
+            return None;
+        }
+        let row = self.table.get(class as usize * self.stages + stage)?;
+        row.iter().find(|&&(k, _)| k == fanout).map(|&(_, b)| b)
+    }
+}
+
+fn cumulative(weights: &[f64]) -> Vec<f64> {
+    let total: f64 = weights.iter().sum();
+    let mut acc = 0.0;
+    let mut out: Vec<f64> = weights
+        .iter()
+        .map(|w| {
+            acc += w / total;
+            acc
+        })
+        .collect();
+    if let Some(last) = out.last_mut() {
+        *last = 1.0; // no rounding gap at the top
+    }
+    out
+}
+
+/// Expected tasks per request at each service (tree semantics: each activation
+/// of a stage starts its successors independently).
+pub fn expected_visits(stages: &[StageModel], roots: &[usize], services: usize) -> Vec<f64> {
+    let mut activations = vec![0.0; stages.len()];
+    for &r in roots {
+        activations[r] += 1.0;
+    }
+    // Propagate in topological order (the graph is a validated DAG).
+    for i in topological_order(stages) {
+        let a = activations[i];
+        let st = &stages[i];
+        for &(j, p) in &st.next {
+            activations[j] += a * p;
+        }
+        let mut prev = 0.0;
+        for &(j, c) in &st.choose {
+            activations[j] += a * (c - prev);
+            prev = c;
+        }
+    }
+    let mut visits = vec![0.0; services];
+    for (i, st) in stages.iter().enumerate() {
+        visits[st.service] += activations[i] * st.fanout.mean();
+    }
+    visits
+}
+
+fn topological_order(stages: &[StageModel]) -> Vec<usize> {
+    let mut indeg = vec![0usize; stages.len()];
+    for st in stages {
+        for &(j, _) in st.next.iter().chain(&st.choose) {
+            indeg[j] += 1;
+        }
+    }
+    let mut ready: Vec<usize> = (0..stages.len()).filter(|&i| indeg[i] == 0).collect();
+    let mut order = Vec::with_capacity(stages.len());
+    while let Some(i) = ready.pop() {
+        order.push(i);
+        for &(j, _) in stages[i].next.iter().chain(&stages[i].choose) {
+            indeg[j] -= 1;
+            if indeg[j] == 0 {
+                ready.push(j);
+            }
+        }
+    }
+    order
+}
+
+/// Reads a trace CSV with an `arrival_ms` column of ascending times; returns the gaps.
+fn read_trace(path: &PathBuf) -> Result<Vec<Nanos>, ModelError> {
+    let text = std::fs::read_to_string(path).map_err(|e| model_err(path, format!("cannot read trace: {e}")))?;
+    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let (_, header) = lines.next().ok_or_else(|| model_err(path, "empty trace; expected a header with `arrival_ms`"))?;
+    let col = header
+        .split(',')
+        .position(|h| h.trim() == "arrival_ms")
+        .ok_or_else(|| model_err(path, format!("line 1: no `arrival_ms` column in header {header:?}")))?;
+    let mut times = Vec::new();
+    for (i, line) in lines {
+        let field = line.split(',').nth(col).map(str::trim).unwrap_or("");
+        let v: f64 = field
+            .parse()
+            .map_err(|_| model_err(path, format!("line {}: `arrival_ms` = {field:?} is not a number", i + 1)))?;
+        if !v.is_finite() || v < 0.0 {
+            return Err(model_err(path, format!("line {}: `arrival_ms` = {v} must be ≥ 0", i + 1)));
+        }
+        let t = from_millis_f64(v);
+        if times.last().is_some_and(|&last| t < last) {
+            return Err(model_err(path, format!("line {}: arrival_ms = {v} goes back in time; sort the trace", i + 1)));
+        }
+        times.push(t);
+    }
+    if times.len() < 2 {
+        return Err(model_err(path, "a trace needs at least two arrivals"));
+    }
+    let gaps: Vec<Nanos> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    if gaps.iter().all(|&g| g == 0) {
+        return Err(model_err(path, "all arrivals at the same instant; the trace has no rate"));
+    }
+    Ok(gaps)
+}

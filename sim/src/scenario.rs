@@ -1,0 +1,533 @@
+//! Scenario files: the TOML a user writes to describe a system, its load and
+//! what to measure. Parsing rejects unknown keys (naming the file, line and
+//! the valid keys); [`Scenario::load`] then checks every cross-reference and
+//! reports all problems at once.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use tailor_core::dist::DistSpec;
+use tailor_core::PolicySpec;
+
+/// A whole scenario file. See `docs/scenarios.md` for every key.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Short name used in reports and output file names.
+    pub name: String,
+    /// One-line description shown in reports.
+    #[serde(default)]
+    pub description: String,
+    /// Seed of every random stream in a run; the same seed gives the same numbers.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Requests measured per run (after the warm-up).
+    #[serde(default = "default_requests")]
+    pub requests: u64,
+    /// Requests at the start of a run that are simulated but not measured.
+    #[serde(default)]
+    pub warmup: u64,
+    pub load: LoadSpec,
+    /// Per-hop network delay (edge → first stage, stage → stage, last stage → edge).
+    #[serde(default)]
+    pub network: Option<NetworkSpec>,
+    /// Interrupt-style OS noise on every CPU of every service.
+    #[serde(default)]
+    pub noise: Option<NoiseSpec>,
+    #[serde(rename = "service")]
+    pub services: Vec<ServiceSpec>,
+    /// The call graph. Absent: a chain through the services in file order.
+    #[serde(default, rename = "stage")]
+    pub stages: Vec<StageSpec>,
+    /// SLO classes. Absent: one class without an SLO.
+    #[serde(default, rename = "class")]
+    pub classes: Vec<ClassSpec>,
+    /// How task queuing deadlines are set (TailGuard).
+    #[serde(default)]
+    pub deadlines: DeadlineSpec,
+    /// Query admission control on the task deadline-miss ratio (TailGuard §III.C).
+    #[serde(default)]
+    pub admission: Option<AdmissionSpec>,
+    /// Run the scenario at several loads and/or policies.
+    #[serde(default)]
+    pub sweep: Option<SweepSpec>,
+    /// Find the highest load at which every class and fanout meets its SLO.
+    #[serde(default)]
+    pub search: Option<SearchSpec>,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+fn default_requests() -> u64 {
+    100_000
+}
+
+/// Offered load and the arrival process.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSpec {
+    /// Requests per second entering the system. Exactly one of `rps` and `utilization`.
+    #[serde(default)]
+    pub rps: Option<f64>,
+    /// Utilization of the busiest service: λ · E[tasks per request at s] · E[S_s] /
+    /// (instances_s · cores_s), maximised over services s (docs/scenarios.md).
+    #[serde(default)]
+    pub utilization: Option<f64>,
+    #[serde(default)]
+    pub arrival: ArrivalSpec,
+    /// Most requests inside the system at once; more wait at the edge, in order,
+    /// and their latency includes that wait (TailClipper caps at 200).
+    #[serde(default)]
+    pub in_flight_cap: Option<u64>,
+}
+
+/// How requests arrive.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ArrivalSpec {
+    /// Exponential inter-arrival times.
+    #[default]
+    Poisson,
+    /// Equal inter-arrival times.
+    Deterministic,
+    /// Pareto inter-arrival times (bursty); `alpha` > 1, smaller is burstier.
+    Pareto { alpha: f64 },
+    /// Replay arrival times from a CSV file with an `arrival_ms` column
+    /// (ascending). With a load given, gaps are scaled to that mean rate; the
+    /// trace repeats if it is shorter than the run.
+    Trace { file: PathBuf },
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSpec {
+    /// One-way delay of each hop.
+    pub delay: DistSpec,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoiseSpec {
+    /// Interrupts per second on each CPU (Poisson).
+    pub rate_per_sec: f64,
+    /// How long each interrupt steals the CPU.
+    pub duration: DistSpec,
+}
+
+/// A service: `instances` identical nodes, each with `cores` CPUs scheduled by `policy`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSpec {
+    pub name: String,
+    #[serde(default = "one_usize")]
+    pub cores: usize,
+    /// Identical nodes (e.g. the N task servers of a fan-out). Each has its own queue.
+    #[serde(default = "one_usize")]
+    pub instances: usize,
+    pub policy: PolicySpec,
+    /// CPU demand of one task at this service.
+    pub service_time: DistSpec,
+    /// CPU time lost each time a preempted task is dispatched again.
+    #[serde(default)]
+    pub context_switch_us: f64,
+}
+
+fn one_usize() -> usize {
+    1
+}
+
+/// One step of the call graph: `fanout` tasks sent to distinct instances of `service`.
+/// The stage is done when its slowest task is (join); then its successors start.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageSpec {
+    pub name: String,
+    pub service: String,
+    #[serde(default)]
+    pub fanout: FanoutSpec,
+    /// Successors, each started independently with probability `p` (default 1:
+    /// all of them, in parallel).
+    #[serde(default)]
+    pub next: Vec<EdgeSpec>,
+    /// Successors of which exactly one is started, chosen by `p` (normalised).
+    #[serde(default)]
+    pub choose: Vec<EdgeSpec>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EdgeSpec {
+    pub stage: String,
+    #[serde(default = "one_f64")]
+    pub p: f64,
+}
+
+fn one_f64() -> f64 {
+    1.0
+}
+
+/// How many tasks a stage sends: a number, or a table of values and weights
+/// (`{ values = [1, 10, 100], weights = [100, 10, 1] }`, TailGuard's P(k) ∝ 1/k).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum FanoutSpec {
+    Fixed(u32),
+    Table(FanoutTable),
+}
+
+impl Default for FanoutSpec {
+    fn default() -> Self {
+        FanoutSpec::Fixed(1)
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FanoutTable {
+    pub values: Vec<u32>,
+    pub weights: Vec<f64>,
+}
+
+/// An SLO class: requests are assigned to classes at random by `weight`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassSpec {
+    pub name: String,
+    #[serde(default = "one_f64")]
+    pub weight: f64,
+    /// The tail-latency SLO: the `percentile`-th percentile must be ≤ `slo_ms`.
+    #[serde(default)]
+    pub slo_ms: Option<f64>,
+    #[serde(default = "default_percentile")]
+    pub percentile: f64,
+}
+
+fn default_percentile() -> f64 {
+    99.0
+}
+
+/// Task queuing deadlines.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadlineSpec {
+    #[serde(default)]
+    pub mode: DeadlineMode,
+    /// Load x_p^u(k) from a TailGuard `RUT_*` table (line k = x_99^u(k) in ms)
+    /// instead of computing it from the service-time distribution.
+    #[serde(default)]
+    pub rut_file: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DeadlineMode {
+    /// No deadlines (edf then degenerates to fifo).
+    #[default]
+    None,
+    /// t_D = t0 + SLO: T-EDFQ.
+    Slo,
+    /// t_D = t0 + SLO − x_p^u(k_f): TailGuard's TF-EDFQ.
+    Tailguard,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionSpec {
+    /// Reject new requests while the task deadline-miss ratio exceeds this.
+    pub r_th: f64,
+    /// Moving window over which the ratio is measured.
+    pub window_ms: f64,
+}
+
+/// Loads and policies to sweep. Each point is a full run with the scenario's seed.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepSpec {
+    /// Utilizations to run at (as `load.utilization`).
+    #[serde(default)]
+    pub utilization: Vec<f64>,
+    /// Request rates to run at (as `load.rps`).
+    #[serde(default)]
+    pub rps: Vec<f64>,
+    /// Policies to compare; each replaces the policy of every service. Empty: the file's own.
+    #[serde(default)]
+    pub policies: Vec<PolicySpec>,
+}
+
+/// Max load under SLO (TailGuard §IV): bisection on utilization per policy.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchSpec {
+    #[serde(default)]
+    pub policies: Vec<PolicySpec>,
+    #[serde(default = "default_search_lo")]
+    pub min_utilization: f64,
+    #[serde(default = "default_search_hi")]
+    pub max_utilization: f64,
+    /// Stop when the bracket is narrower than this.
+    #[serde(default = "default_search_tol")]
+    pub tolerance: f64,
+}
+
+fn default_search_lo() -> f64 {
+    0.02
+}
+fn default_search_hi() -> f64 {
+    0.99
+}
+fn default_search_tol() -> f64 {
+    0.005
+}
+
+/// Why a scenario cannot be used. Every message names the file and the fix.
+#[derive(Debug)]
+pub enum ScenarioError {
+    Io { file: PathBuf, source: std::io::Error },
+    /// TOML syntax, a wrong type or an unknown key (the message lists valid keys).
+    Parse { file: PathBuf, message: String },
+    /// Cross-reference and range problems, all of them.
+    Invalid { file: PathBuf, problems: Vec<String> },
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScenarioError::Io { file, source } => write!(f, "{}: cannot read scenario: {source}", file.display()),
+            ScenarioError::Parse { file, message } => write!(f, "{}: {}", file.display(), message.trim_end()),
+            ScenarioError::Invalid { file, problems } => {
+                write!(f, "{}: {} problem(s):", file.display(), problems.len())?;
+                for p in problems {
+                    write!(f, "\n  - {p}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+/// A parsed scenario plus where it came from (relative paths in it resolve
+/// against its directory).
+#[derive(Clone, Debug)]
+pub struct LoadedScenario {
+    pub scenario: Scenario,
+    pub path: PathBuf,
+    pub base_dir: PathBuf,
+}
+
+impl Scenario {
+    /// Reads, parses and validates a scenario file.
+    pub fn load(path: &Path) -> Result<LoadedScenario, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { file: path.to_owned(), source })?;
+        Self::from_toml(&text, path)
+    }
+
+    /// Parses and validates scenario text; `path` is used for messages and relative paths.
+    pub fn from_toml(text: &str, path: &Path) -> Result<LoadedScenario, ScenarioError> {
+        let scenario: Scenario =
+            toml::from_str(text).map_err(|e| ScenarioError::Parse { file: path.to_owned(), message: e.to_string() })?;
+        let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let problems = scenario.problems();
+        if !problems.is_empty() {
+            return Err(ScenarioError::Invalid { file: path.to_owned(), problems });
+        }
+        Ok(LoadedScenario { scenario, path: path.to_owned(), base_dir })
+    }
+
+    /// Every semantic problem, so the user can fix them in one go.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        match (self.load.rps, self.load.utilization) {
+            (Some(_), Some(_)) => p.push("[load]: give either `rps` or `utilization`, not both".into()),
+            (None, None) if self.sweep.is_none() && self.search.is_none() => {
+                p.push("[load]: give `rps` (requests/s) or `utilization` (0 < u < 1 at the busiest service)".into())
+            }
+            _ => {}
+        }
+        if let Some(r) = self.load.rps {
+            if !(r.is_finite() && r > 0.0) {
+                p.push(format!("[load] rps = {r}: must be a positive number"));
+            }
+        }
+        if let Some(u) = self.load.utilization {
+            if !(u.is_finite() && u > 0.0) {
+                p.push(format!("[load] utilization = {u}: must be positive (1.0 = the busiest service is saturated)"));
+            }
+        }
+        if let ArrivalSpec::Pareto { alpha } = self.load.arrival {
+            if !(alpha.is_finite() && alpha > 1.0) {
+                p.push(format!("[load.arrival] pareto alpha = {alpha}: must be > 1 (the mean is infinite otherwise)"));
+            }
+        }
+        if self.load.in_flight_cap == Some(0) {
+            p.push("[load] in_flight_cap = 0: must be at least 1 (omit it for no cap)".into());
+        }
+        if self.requests == 0 {
+            p.push("requests = 0: measure at least one request".into());
+        }
+        if self.services.is_empty() {
+            p.push("no [[service]]: declare at least one service".into());
+        }
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        for (i, s) in self.services.iter().enumerate() {
+            if names.insert(&s.name, i).is_some() {
+                p.push(format!("[[service]] name = {:?} appears twice: service names must be unique", s.name));
+            }
+            if s.cores == 0 {
+                p.push(format!("service {:?}: cores = 0; give at least 1", s.name));
+            }
+            if s.instances == 0 {
+                p.push(format!("service {:?}: instances = 0; give at least 1", s.name));
+            }
+            if let Err(e) = s.policy.validate() {
+                p.push(format!("service {:?}: {e}", s.name));
+            }
+            if !(s.context_switch_us.is_finite() && s.context_switch_us >= 0.0) {
+                p.push(format!("service {:?}: context_switch_us = {} must be ≥ 0", s.name, s.context_switch_us));
+            }
+        }
+        let stage_names: HashMap<&str, &StageSpec> = self.stages.iter().map(|s| (s.name.as_str(), s)).collect();
+        if stage_names.len() != self.stages.len() {
+            p.push("[[stage]] names must be unique".into());
+        }
+        for st in &self.stages {
+            match names.get(st.service.as_str()) {
+                None => p.push(format!(
+                    "stage {:?}: service {:?} is not declared; declared services: {}",
+                    st.name,
+                    st.service,
+                    self.services.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+                )),
+                Some(&i) => {
+                    let max_k = match &st.fanout {
+                        FanoutSpec::Fixed(k) => *k,
+                        FanoutSpec::Table(t) => t.values.iter().copied().max().unwrap_or(0),
+                    };
+                    if max_k as usize > self.services[i].instances {
+                        p.push(format!(
+                            "stage {:?}: fanout up to {max_k} but service {:?} has only {} instances; raise `instances`",
+                            st.name, st.service, self.services[i].instances
+                        ));
+                    }
+                }
+            }
+            match &st.fanout {
+                FanoutSpec::Fixed(0) => p.push(format!("stage {:?}: fanout = 0; give at least 1", st.name)),
+                FanoutSpec::Table(t) => {
+                    if t.values.is_empty() || t.values.len() != t.weights.len() {
+                        p.push(format!("stage {:?}: fanout `values` and `weights` must be non-empty and of equal length", st.name));
+                    }
+                    if t.values.contains(&0) {
+                        p.push(format!("stage {:?}: fanout values must be ≥ 1", st.name));
+                    }
+                    if t.weights.iter().any(|w| !(w.is_finite() && *w > 0.0)) {
+                        p.push(format!("stage {:?}: fanout weights must be positive", st.name));
+                    }
+                }
+                _ => {}
+            }
+            if !st.next.is_empty() && !st.choose.is_empty() {
+                p.push(format!("stage {:?}: use either `next` or `choose`, not both", st.name));
+            }
+            for e in st.next.iter().chain(&st.choose) {
+                if !stage_names.contains_key(e.stage.as_str()) {
+                    p.push(format!("stage {:?}: successor {:?} is not a declared [[stage]]", st.name, e.stage));
+                }
+                if !(e.p.is_finite() && (0.0..=1.0).contains(&e.p)) || (e.p == 0.0 && !st.choose.is_empty()) {
+                    p.push(format!("stage {:?} → {:?}: p = {} must be in (0, 1]", st.name, e.stage, e.p));
+                }
+            }
+        }
+        if !self.stages.is_empty() && self.stage_cycle() {
+            p.push("[[stage]]: the call graph has a cycle; it must be a DAG".into());
+        }
+        let mut class_names = std::collections::HashSet::new();
+        for c in &self.classes {
+            if !class_names.insert(c.name.as_str()) {
+                p.push(format!("[[class]] name = {:?} appears twice", c.name));
+            }
+            if !(c.weight.is_finite() && c.weight > 0.0) {
+                p.push(format!("class {:?}: weight = {} must be positive", c.name, c.weight));
+            }
+            if let Some(s) = c.slo_ms {
+                if !(s.is_finite() && s > 0.0) {
+                    p.push(format!("class {:?}: slo_ms = {s} must be positive", c.name));
+                }
+            }
+            if !(c.percentile > 0.0 && c.percentile < 100.0) {
+                p.push(format!("class {:?}: percentile = {} must be in (0, 100)", c.name, c.percentile));
+            }
+        }
+        if self.classes.len() > 255 {
+            p.push("at most 255 [[class]]es".into());
+        }
+        if self.deadlines.mode != DeadlineMode::None && self.classes.iter().all(|c| c.slo_ms.is_none()) {
+            p.push("[deadlines] mode needs SLOs: give `slo_ms` in at least one [[class]]".into());
+        }
+        if let Some(a) = &self.admission {
+            if !(a.r_th.is_finite() && (0.0..1.0).contains(&a.r_th)) {
+                p.push(format!("[admission] r_th = {}: must be in [0, 1)", a.r_th));
+            }
+            if !(a.window_ms.is_finite() && a.window_ms > 0.0) {
+                p.push(format!("[admission] window_ms = {}: must be positive", a.window_ms));
+            }
+            if self.deadlines.mode == DeadlineMode::None {
+                p.push("[admission] needs task deadlines: set [deadlines] mode = \"tailguard\" or \"slo\"".into());
+            }
+        }
+        if let Some(s) = &self.sweep {
+            if s.utilization.is_empty() && s.rps.is_empty() && s.policies.is_empty() {
+                p.push("[sweep]: give `utilization`, `rps` and/or `policies` to sweep".into());
+            }
+            if !s.utilization.is_empty() && !s.rps.is_empty() {
+                p.push("[sweep]: give either `utilization` or `rps`, not both".into());
+            }
+            for pol in &s.policies {
+                if let Err(e) = pol.validate() {
+                    p.push(format!("[sweep] policies: {e}"));
+                }
+            }
+        }
+        if let Some(s) = &self.search {
+            if !(0.0 < s.min_utilization && s.min_utilization < s.max_utilization) {
+                p.push("[search]: need 0 < min_utilization < max_utilization".into());
+            }
+            if !(s.tolerance > 0.0) {
+                p.push("[search]: tolerance must be positive".into());
+            }
+            if self.classes.iter().all(|c| c.slo_ms.is_none()) {
+                p.push("[search] needs an SLO: give `slo_ms` in at least one [[class]]".into());
+            }
+        }
+        p
+    }
+
+    fn stage_cycle(&self) -> bool {
+        let idx: HashMap<&str, usize> = self.stages.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+        // 0 = unvisited, 1 = on the stack, 2 = done.
+        let mut state = vec![0u8; self.stages.len()];
+        fn visit(i: usize, st: &[StageSpec], idx: &HashMap<&str, usize>, state: &mut [u8]) -> bool {
+            if state[i] == 1 {
+                return true;
+            }
+            if state[i] == 2 {
+                return false;
+            }
+            state[i] = 1;
+            for e in st[i].next.iter().chain(&st[i].choose) {
+                if let Some(&j) = idx.get(e.stage.as_str()) {
+                    if visit(j, st, idx, state) {
+                        return true;
+                    }
+                }
+            }
+            state[i] = 2;
+            false
+        }
+        (0..self.stages.len()).any(|i| visit(i, &self.stages, &idx, &mut state))
+    }
+}

@@ -1,0 +1,228 @@
+//! Oracle tests: the simulator against closed-form queueing theory.
+//!
+//! Each test runs a scenario whose exact answer is known and asserts that the
+//! simulated value lies within `Z` batch-means standard errors of theory.
+//! Batch means: measured requests, in arrival order, are cut into 20 batches;
+//! the statistic (mean or a quantile) is computed per batch; its standard
+//! error is the batch spread / √20. With 19 degrees of freedom, Z = 4 is a
+//! 99.95% two-sided t-interval, so a correct simulator fails a given seed with
+//! probability ~5e-4; seeds are fixed, so the outcome is reproducible. Every
+//! test also asserts the interval is *tight* (relative half-width bound), so a
+//! test cannot pass merely by being noisy.
+//!
+//! `TAILOR_LONG_TESTS=1` multiplies every run length by 10 (CI sets it): the
+//! same assertions, four times tighter intervals.
+
+use std::path::Path;
+
+use tailor_sim::metrics::{quantile_sorted, Recorder};
+use tailor_sim::model::{Model, Overrides};
+use tailor_sim::scenario::Scenario;
+use tailor_sim::theory;
+
+const Z: f64 = 4.0;
+const BATCHES: usize = 20;
+
+fn scale() -> u64 {
+    if std::env::var("TAILOR_LONG_TESTS").is_ok_and(|v| v == "1") {
+        10
+    } else {
+        1
+    }
+}
+
+/// Runs scenario text; returns the per-request records.
+fn simulate(toml: &str, requests: u64) -> Recorder {
+    let loaded = Scenario::from_toml(toml, Path::new("oracle.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let ov = Overrides { requests: Some(requests * scale()), warmup: Some(requests * scale() / 20), ..Default::default() };
+    let model = Model::build(&loaded, &ov).unwrap();
+    tailor_sim::engine::run(&model).0
+}
+
+/// Indices of the records in arrival (GAT) order.
+fn arrival_order(rec: &Recorder) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..rec.gat.len()).collect();
+    idx.sort_by_key(|&i| rec.gat[i]);
+    idx
+}
+
+/// (estimate over all, standard error by batch means) of `stat` over batches
+/// of the values (in ms), taken in arrival order.
+fn batch_estimate(values_ms: &[f64], stat: impl Fn(&mut Vec<f64>) -> f64) -> (f64, f64) {
+    let size = values_ms.len() / BATCHES;
+    let per_batch: Vec<f64> = (0..BATCHES).map(|b| stat(&mut values_ms[b * size..(b + 1) * size].to_vec())).collect();
+    let mean = per_batch.iter().sum::<f64>() / BATCHES as f64;
+    let var = per_batch.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (BATCHES - 1) as f64;
+    let overall = stat(&mut values_ms.to_vec());
+    (overall, (var / BATCHES as f64).sqrt())
+}
+
+fn mean(v: &mut Vec<f64>) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+fn quantile(p: f64) -> impl Fn(&mut Vec<f64>) -> f64 {
+    move |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let ns: Vec<u64> = v.iter().map(|x| (x * 1e6) as u64).collect();
+        quantile_sorted(&ns, p) as f64 / 1e6
+    }
+}
+
+fn latencies_ms(rec: &Recorder, keep: impl Fn(usize) -> bool) -> Vec<f64> {
+    arrival_order(rec).into_iter().filter(|&i| keep(i)).map(|i| rec.latency[i] as f64 / 1e6).collect()
+}
+
+/// Asserts |sim − theory| ≤ Z·SE and that the interval is tight (SE ≤ `max_rel_se` · theory).
+#[track_caller]
+fn assert_agrees(what: &str, (sim, se): (f64, f64), theory: f64, max_rel_se: f64) {
+    eprintln!("{what}: sim {sim:.4} ± {se:.4} (1 SE), theory {theory:.4}, diff {:+.2}%", 100.0 * (sim / theory - 1.0));
+    assert!(se <= max_rel_se * theory, "{what}: interval too wide to be a test: SE {se:.4} > {max_rel_se} × {theory:.4}");
+    assert!((sim - theory).abs() <= Z * se, "{what}: sim {sim:.5} vs theory {theory:.5}: off by {:.1} SE", (sim - theory).abs() / se);
+}
+
+fn single_queue(cores: usize, policy: &str, service: &str, utilization: f64, seed: u64) -> String {
+    format!(
+        r#"
+name = "oracle"
+seed = {seed}
+[load]
+utilization = {utilization}
+[[service]]
+name = "q"
+cores = {cores}
+policy = {policy}
+service_time = {service}
+"#
+    )
+}
+
+#[test]
+fn mm1_mean_and_p99() {
+    // λ = 0.8/ms, μ = 1/ms: response ~ Exp(0.2/ms): mean 5 ms, p99 = 5·ln 100 = 23.03 ms.
+    let rec = simulate(&single_queue(1, r#"{ kind = "fifo" }"#, r#"{ kind = "exp", mean_ms = 1 }"#, 0.8, 11), 400_000);
+    let lat = latencies_ms(&rec, |_| true);
+    assert_agrees("M/M/1 mean", batch_estimate(&lat, mean), theory::mm1_mean_response(0.8, 1.0), 0.03);
+    assert_agrees("M/M/1 p99", batch_estimate(&lat, quantile(0.99)), theory::mm1_response_quantile(0.8, 1.0, 0.99), 0.03);
+}
+
+#[test]
+fn mmc_erlang_c_two_and_four_servers() {
+    for (c, seed) in [(2u32, 21), (4, 22)] {
+        // ρ = 0.8 per server, mean service 1 ms: λ = 0.8·c per ms.
+        let lambda = 0.8 * c as f64;
+        let rec = simulate(
+            &single_queue(c as usize, r#"{ kind = "fifo" }"#, r#"{ kind = "exp", mean_ms = 1 }"#, 0.8, seed),
+            400_000,
+        );
+        let lat = latencies_ms(&rec, |_| true);
+        assert_agrees(&format!("M/M/{c} mean"), batch_estimate(&lat, mean), theory::mmc_mean_response(lambda, 1.0, c), 0.02);
+        assert_agrees(
+            &format!("M/M/{c} p99"),
+            batch_estimate(&lat, quantile(0.99)),
+            theory::mmc_response_quantile(lambda, 1.0, c, 0.99),
+            0.03,
+        );
+    }
+}
+
+#[test]
+fn orf_with_c_at_most_cores_is_global_fcfs_on_mmc() {
+    // On a single node, GAT order is arrival order; with c ≤ cores nothing is
+    // time-sliced, so orf must reproduce M/M/c FCFS exactly as fifo does.
+    let c = 3u32;
+    let policy = r#"{ kind = "orf", c = 1, slice_us = 30 }"#;
+    let rec = simulate(&single_queue(c as usize, policy, r#"{ kind = "exp", mean_ms = 1 }"#, 0.85, 23), 300_000);
+    let lat = latencies_ms(&rec, |_| true);
+    assert_agrees("orf c=1 on M/M/3 mean", batch_estimate(&lat, mean), theory::mmc_mean_response(0.85 * 3.0, 1.0, c), 0.03);
+}
+
+#[test]
+fn md1_mean_pollaczek_khinchine() {
+    let rec = simulate(&single_queue(1, r#"{ kind = "fifo" }"#, r#"{ kind = "fixed", value_ms = 1 }"#, 0.7, 31), 300_000);
+    let lat = latencies_ms(&rec, |_| true);
+    assert_agrees("M/D/1 mean", batch_estimate(&lat, mean), theory::md1_mean_response(0.7, 1.0), 0.02);
+}
+
+#[test]
+fn mg1_ps_conditional_mean_is_x_over_one_minus_rho() {
+    // Processor sharing approximated by round-robin with a 5 µs quantum (1/200
+    // of the mean). Under PS, E[T | S = x] = x/(1−ρ) for every x: the slowdown
+    // is the same for short and long jobs. The quantum biases it by O(q/x),
+    // under 1% for the bins used here (x ≥ 0.5 ms), inside the tolerance.
+    let rho = 0.6;
+    let toml = single_queue(1, r#"{ kind = "ps", slice_us = 5 }"#, r#"{ kind = "exp", mean_ms = 1 }"#, rho, 41);
+    let rec = simulate(&toml, 60_000);
+    for (lo, hi) in [(0.5, 0.8), (0.9, 1.2), (1.8, 2.6), (3.0, 5.0)] {
+        let in_bin = |i: usize| {
+            let x = rec.demand[i] as f64 / 1e6;
+            x >= lo && x < hi
+        };
+        let slowdown: Vec<f64> = arrival_order(&rec)
+            .into_iter()
+            .filter(|&i| in_bin(i))
+            .map(|i| rec.latency[i] as f64 / rec.demand[i] as f64)
+            .collect();
+        assert_agrees(
+            &format!("M/M/1-PS slowdown for x in [{lo}, {hi}) ms"),
+            batch_estimate(&slowdown, mean),
+            theory::mg1_ps_conditional_response(0.6, 1.0, 1.0), // x/(1−ρ) at x = 1: the slowdown
+            0.04,
+        );
+    }
+}
+
+#[test]
+fn fork_join_two_way_nelson_tantawi() {
+    // Two M/M/1 servers; every request forks one task to each and joins.
+    let toml = r#"
+name = "fj2"
+seed = 51
+[load]
+utilization = 0.7
+[[service]]
+name = "s"
+instances = 2
+cores = 1
+policy = { kind = "fifo" }
+service_time = { kind = "exp", mean_ms = 1 }
+[[stage]]
+name = "fork"
+service = "s"
+fanout = 2
+"#;
+    let rec = simulate(toml, 400_000);
+    let lat = latencies_ms(&rec, |_| true);
+    assert_agrees("2-way fork-join mean", batch_estimate(&lat, mean), theory::fork_join2_mean_response(0.7, 1.0), 0.02);
+}
+
+#[test]
+fn nonpreemptive_priorities_cobham() {
+    // Three equally likely classes, Exp(1 ms) service, ρ = 0.8 in total; priq
+    // serves class 0 first, FCFS within a class.
+    let toml = r#"
+name = "cobham"
+seed = 61
+[load]
+utilization = 0.8
+[[service]]
+name = "s"
+cores = 1
+policy = { kind = "priq" }
+service_time = { kind = "exp", mean_ms = 1 }
+[[class]]
+name = "gold"
+[[class]]
+name = "silver"
+[[class]]
+name = "bronze"
+"#;
+    let rec = simulate(toml, 600_000);
+    let lambda = 0.8 / 3.0;
+    let classes = vec![theory::PriorityClass { lambda, mean_service: 1.0, second_moment: 2.0 }; 3];
+    let expect = theory::cobham_mean_responses(&classes);
+    for (c, &want) in expect.iter().enumerate() {
+        let lat = latencies_ms(&rec, |i| rec.class[i] as usize == c);
+        assert_agrees(&format!("Cobham class {c} mean"), batch_estimate(&lat, mean), want, 0.03);
+    }
+}
