@@ -18,7 +18,7 @@ pub mod time;
 pub use context::Context;
 pub use dist::{Cdf, Dist, DistError, DistSpec};
 pub use latency::{LatencyHistogram, WindowedLatency};
-pub use policy::{Job, JobId, Policy, PolicySpec};
+pub use policy::{AnyPolicy, Job, JobId, Policy, PolicySpec};
 pub use rng::Rng;
 pub use tailguard::{AdmissionController, Deadline, Planner, SloClass, TailModel};
 pub use time::Nanos;

@@ -13,7 +13,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use tailor_core::tailguard::AdmissionController;
 use tailor_core::time::NEVER;
-use tailor_core::{Job, JobId, Nanos, Policy, Rng};
+use tailor_core::{AnyPolicy, Job, JobId, Nanos, Policy, Rng};
 
 use crate::metrics::Recorder;
 use crate::model::{ArrivalModel, Fanout, Model};
@@ -68,7 +68,7 @@ struct Cpu {
 }
 
 struct Node {
-    policy: Box<dyn Policy>,
+    policy: AnyPolicy,
     /// The task on each CPU as last applied: compared with `policy.running()`
     /// as a whole slice, so an event that changes no assignment costs one compare.
     assigned: Vec<Option<JobId>>,
@@ -158,6 +158,7 @@ impl Arrivals {
             ArrivalModel::Poisson { mean_gap } => self.rng.exp(*mean_gap),
             ArrivalModel::Deterministic { gap } => *gap,
             ArrivalModel::Pareto { xm, alpha } => xm / self.rng.next_f64_open0().powf(1.0 / alpha),
+            ArrivalModel::Gaps { dist, scale } => dist.sample_ns(&mut self.rng) as f64 * scale,
             ArrivalModel::Trace { gaps, scale } => {
                 let g = gaps[self.trace_pos % gaps.len()] as f64 * scale;
                 self.trace_pos += 1;
@@ -174,6 +175,8 @@ impl Arrivals {
 #[derive(Clone, Debug, Default)]
 pub struct RunStats {
     pub events: u64,
+    /// Requests that arrived at the edge (warm-up, measured and the tail after).
+    pub arrivals: u64,
     pub end_time: Nanos,
     pub noise_stolen: Nanos,
     pub preemptions: u64,
@@ -212,7 +215,7 @@ impl<'m> Engine<'m> {
             for inst in 0..s.instances {
                 let node_seed = Rng::derive(m.seed, STREAM_POLICY + ((si as u64) << 20) + inst as u64).next_u64();
                 nodes.push(Node {
-                    policy: s.policy.build(s.cores, node_seed).expect("policy validated when the scenario loaded"),
+                    policy: s.policy.build_any(s.cores, node_seed).expect("policy validated when the scenario loaded"),
                     assigned: vec![None; s.cores],
                     cpus: (0..s.cores).map(|_| Cpu { since: 0, done_at: NEVER }).collect(),
                     context_switch: s.context_switch,
@@ -294,6 +297,7 @@ impl<'m> Engine<'m> {
             self.stats.events += 1;
         }
         self.stats.end_time = self.now;
+        self.stats.arrivals = self.arrivals.next_index;
         (self.rec, self.stats)
     }
 
@@ -411,7 +415,7 @@ impl<'m> Engine<'m> {
         let r = self.reqs.get(self.acts.get(t.act).req);
         let job = Job { id: task as u64, gat: r.gat, deadline: t.deadline, class: r.class };
         self.nodes[node].policy.arrive(self.now, job);
-        self.sync(node);
+        self.sync(node, false);
     }
 
     /// The node's timer fired: one completion (lowest CPU first) or, if no
@@ -425,7 +429,7 @@ impl<'m> Engine<'m> {
             debug_assert!(n.tick_at <= now, "a node timer fired with nothing due");
             n.tick_at = NEVER;
             n.policy.tick(now);
-            self.sync(node);
+            self.sync(node, true);
         }
     }
 
@@ -434,7 +438,7 @@ impl<'m> Engine<'m> {
         let task = n.assigned[cpu].take().expect("completion on a busy CPU") as u32;
         n.cpus[cpu].done_at = NEVER;
         n.policy.complete(self.now, task as u64);
-        self.sync(node);
+        self.sync(node, true);
         let t = self.tasks.remove(task);
         let a = self.acts.get_mut(t.act);
         a.pending -= 1;
@@ -512,12 +516,14 @@ impl<'m> Engine<'m> {
     /// Applies the policy's current assignment of `node`: charges CPU time to
     /// tasks that leave a CPU, starts tasks that get one, schedules completions
     /// and the next policy tick.
-    fn sync(&mut self, node: usize) {
+    /// `force_timer`: the caller changed a CPU's completion time itself.
+    fn sync(&mut self, node: usize, force_timer: bool) {
         let now = self.now;
         let (measure_from, measure_to) = (self.m.warmup, self.m.warmup + self.m.requests);
         let n = &mut self.nodes[node];
         let running = n.policy.running();
-        if running != &n.assigned[..] {
+        let changed = running != &n.assigned[..];
+        if changed {
             let ncpu = n.cpus.len();
             // Pass 1: tasks leaving a CPU (preempted or migrated) are charged first,
             // so a task that moves between CPUs is charged before it restarts.
@@ -565,8 +571,11 @@ impl<'m> Engine<'m> {
         }
         // A policy must move its next tick past `now` after a tick; clamping
         // keeps a policy bug from spinning the simulator at one instant.
-        n.tick_at = n.policy.next_tick().map_or(NEVER, |t| t.max(now + 1));
-        self.update_timer(node);
+        let tick_at = n.policy.next_tick().map_or(NEVER, |t| t.max(now + 1));
+        if changed || force_timer || tick_at != n.tick_at {
+            n.tick_at = tick_at;
+            self.update_timer(node);
+        }
     }
 
     /// Points the node's timer at its earliest completion or tick.

@@ -154,7 +154,8 @@ impl Recorder {
 
     /// 95% confidence intervals of the mean and p99 by batch means: the
     /// measured requests in arrival order cut into 20 batches, the statistic
-    /// per batch, a t-interval (19 degrees of freedom) over the batches.
+    /// per batch, a t-interval (19 degrees of freedom) from their spread,
+    /// centred on the whole-sample statistic.
     /// Consecutive batches of a stable queue are nearly independent when each
     /// holds many busy periods; with fewer than 20 requests per batch there is
     /// no interval.
@@ -175,13 +176,20 @@ impl Recorder {
             lat.sort_unstable();
             p99s.push(quantile_ms(&lat, 0.99));
         }
-        let interval = |xs: &[f64]| {
+        // Centred on the whole-sample statistic, as benches/ciw/mmc.py does.
+        let interval = |xs: &[f64], centre: f64| {
             let m = xs.iter().sum::<f64>() / xs.len() as f64;
             let var = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (xs.len() - 1) as f64;
             let half = T_19_975 * (var / xs.len() as f64).sqrt();
-            [m - half, m + half]
+            [centre - half, centre + half]
         };
-        Some(ConfidenceIntervals { mean_ms: interval(&means), p99_ms: interval(&p99s) })
+        let mut all: Vec<Nanos> = self.latency.clone();
+        all.sort_unstable();
+        let overall_mean = all.iter().map(|&x| x as f64).sum::<f64>() / n as f64 / 1e6;
+        Some(ConfidenceIntervals {
+            mean_ms: interval(&means, overall_mean),
+            p99_ms: interval(&p99s, quantile_ms(&all, 0.99)),
+        })
     }
 
     fn select(&self, keep: impl Fn(usize) -> bool) -> Vec<Nanos> {

@@ -88,6 +88,8 @@ pub enum ArrivalModel {
     Pareto { xm: f64, alpha: f64 },
     /// Replayed gaps, multiplied by `scale`.
     Trace { gaps: Vec<Nanos>, scale: f64 },
+    /// Gaps from a distribution, multiplied by `scale`.
+    Gaps { dist: Dist, scale: f64 },
 }
 
 #[derive(Clone, Debug)]
@@ -258,6 +260,11 @@ impl Model {
             ArrivalSpec::Poisson => ArrivalModel::Poisson { mean_gap },
             ArrivalSpec::Deterministic => ArrivalModel::Deterministic { gap: mean_gap },
             ArrivalSpec::Pareto { alpha } => ArrivalModel::Pareto { xm: mean_gap * (alpha - 1.0) / alpha, alpha: *alpha },
+            ArrivalSpec::Gaps { dist } => {
+                let dist = build_dist("[load.arrival] dist", dist)?;
+                let scale = mean_gap / dist.mean_ns().max(1e-9);
+                ArrivalModel::Gaps { dist, scale }
+            }
             ArrivalSpec::Trace { .. } => {
                 let gaps = trace_gaps.unwrap();
                 let native = gaps.iter().sum::<Nanos>() as f64 / gaps.len() as f64;

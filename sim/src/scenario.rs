@@ -99,6 +99,9 @@ pub enum ArrivalSpec {
     /// (ascending). With a load given, gaps are scaled to that mean rate; the
     /// trace repeats if it is shorter than the run.
     Trace { file: PathBuf },
+    /// Gaps drawn from any distribution (its shape: e.g. lognormal with a given
+    /// coefficient of variation), rescaled so their mean matches the load.
+    Gaps { dist: DistSpec },
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -23,8 +23,11 @@ pub struct RunOutput {
     pub offered_rps: f64,
     pub utilization: f64,
     pub events: u64,
+    /// Requests simulated (warm-up, measured and those arriving until the last measured one finished).
+    pub arrivals: u64,
     pub wall_seconds: f64,
     pub events_per_sec: f64,
+    pub arrivals_per_sec: f64,
     pub summary: Summary,
 }
 
@@ -63,8 +66,10 @@ pub fn run_model(model: &Model) -> RunOutput {
         offered_rps: model.rps,
         utilization: model.utilization,
         events: stats.events,
+        arrivals: stats.arrivals,
         wall_seconds: wall,
         events_per_sec: stats.events as f64 / wall.max(1e-9),
+        arrivals_per_sec: stats.arrivals as f64 / wall.max(1e-9),
         summary: rec.summarize(),
     }
 }

@@ -187,6 +187,11 @@ impl PolicySpec {
 
     /// Builds the policy for `cpus` CPUs. `seed` feeds `random` (mixed with its own `seed`).
     pub fn build(&self, cpus: usize, seed: u64) -> Result<Box<dyn Policy>, PolicyError> {
+        Ok(Box::new(self.build_any(cpus, seed)?))
+    }
+
+    /// Like [`PolicySpec::build`], as an [`AnyPolicy`] (static dispatch).
+    pub fn build_any(&self, cpus: usize, seed: u64) -> Result<AnyPolicy, PolicyError> {
         if cpus == 0 {
             return Err(PolicyError::NoCpus);
         }
@@ -195,28 +200,86 @@ impl PolicySpec {
                 if c == 0 {
                     return Err(PolicyError::ZeroC);
                 }
-                Box::new(Orf::new(cpus, c, positive_nanos("orf", "slice_us", slice_us, NANOS_PER_MICRO)?))
+                AnyPolicy::Orf(Orf::new(cpus, c, positive_nanos("orf", "slice_us", slice_us, NANOS_PER_MICRO)?))
             }
             PolicySpec::Rr { slice_us } => {
-                Box::new(RoundRobin::new(cpus, positive_nanos("rr", "slice_us", slice_us, NANOS_PER_MICRO)?))
+                AnyPolicy::Rr(RoundRobin::new(cpus, positive_nanos("rr", "slice_us", slice_us, NANOS_PER_MICRO)?))
             }
-            PolicySpec::Ps { slice_us } => Box::new(
+            PolicySpec::Ps { slice_us } => AnyPolicy::Rr(
                 RoundRobin::new(cpus, positive_nanos("ps", "slice_us", slice_us, NANOS_PER_MICRO)?).named("ps"),
             ),
-            PolicySpec::Fair { min_granularity_ms, latency_ms } => Box::new(Fair::new(
+            PolicySpec::Fair { min_granularity_ms, latency_ms } => AnyPolicy::Fair(Fair::new(
                 cpus,
                 positive_nanos("fair", "min_granularity_ms", min_granularity_ms, NANOS_PER_MILLI)?,
                 positive_nanos("fair", "latency_ms", latency_ms, NANOS_PER_MILLI)?,
             )),
-            PolicySpec::Edf => Box::new(NonPreemptive::new(cpus, Discipline::Edf)),
-            PolicySpec::Fifo => Box::new(NonPreemptive::new(cpus, Discipline::Fifo)),
-            PolicySpec::Gfifo => Box::new(NonPreemptive::new(cpus, Discipline::Gfifo)),
-            PolicySpec::Priq => Box::new(NonPreemptive::new(cpus, Discipline::Priq)),
-            PolicySpec::Lifo => Box::new(NonPreemptive::new(cpus, Discipline::Lifo)),
-            PolicySpec::Random { seed: own } => Box::new(NonPreemptive::new(
-                cpus,
-                Discipline::Random { seed: seed ^ own.rotate_left(32) },
-            )),
+            PolicySpec::Edf => AnyPolicy::Queue(NonPreemptive::new(cpus, Discipline::Edf)),
+            PolicySpec::Fifo => AnyPolicy::Queue(NonPreemptive::new(cpus, Discipline::Fifo)),
+            PolicySpec::Gfifo => AnyPolicy::Queue(NonPreemptive::new(cpus, Discipline::Gfifo)),
+            PolicySpec::Priq => AnyPolicy::Queue(NonPreemptive::new(cpus, Discipline::Priq)),
+            PolicySpec::Lifo => AnyPolicy::Queue(NonPreemptive::new(cpus, Discipline::Lifo)),
+            PolicySpec::Random { seed: own } => {
+                AnyPolicy::Queue(NonPreemptive::new(cpus, Discipline::Random { seed: seed ^ own.rotate_left(32) }))
+            }
         })
+    }
+}
+
+/// Any built-in policy, dispatched by `match` rather than a vtable: the
+/// simulator calls its policies several times per event, and a `match` lets
+/// the compiler inline those calls. Behaviour is exactly the wrapped policy's.
+pub enum AnyPolicy {
+    Orf(Orf),
+    Rr(RoundRobin),
+    Fair(Fair),
+    Queue(NonPreemptive),
+}
+
+macro_rules! each_policy {
+    ($self:ident, $p:ident => $e:expr) => {
+        match $self {
+            AnyPolicy::Orf($p) => $e,
+            AnyPolicy::Rr($p) => $e,
+            AnyPolicy::Fair($p) => $e,
+            AnyPolicy::Queue($p) => $e,
+        }
+    };
+}
+
+impl Policy for AnyPolicy {
+    fn name(&self) -> &'static str {
+        each_policy!(self, p => p.name())
+    }
+    #[inline]
+    fn arrive(&mut self, now: Nanos, job: Job) {
+        each_policy!(self, p => p.arrive(now, job))
+    }
+    #[inline]
+    fn block(&mut self, now: Nanos, id: JobId) {
+        each_policy!(self, p => p.block(now, id))
+    }
+    #[inline]
+    fn wake(&mut self, now: Nanos, job: Job) {
+        each_policy!(self, p => p.wake(now, job))
+    }
+    #[inline]
+    fn complete(&mut self, now: Nanos, id: JobId) {
+        each_policy!(self, p => p.complete(now, id))
+    }
+    #[inline]
+    fn tick(&mut self, now: Nanos) {
+        each_policy!(self, p => p.tick(now))
+    }
+    #[inline]
+    fn running(&self) -> &[Option<JobId>] {
+        each_policy!(self, p => p.running())
+    }
+    #[inline]
+    fn next_tick(&self) -> Option<Nanos> {
+        each_policy!(self, p => p.next_tick())
+    }
+    #[inline]
+    fn waiting(&self) -> usize {
+        each_policy!(self, p => p.waiting())
     }
 }

@@ -1,0 +1,671 @@
+//! The reproduction manifest (`scenarios/seeds/reproduce.toml`): every figure
+//! and table of the seeds that `tailor reproduce` regenerates, the scenario
+//! that reproduces it, the paper's claims and how to measure ours. The format
+//! is documented in `docs/reproduction-manifest.md`; unknown keys are errors,
+//! and [`Manifest::load`] reports every problem at once.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use tailor_core::PolicySpec;
+
+/// The whole manifest.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// The report's title.
+    pub title: String,
+    /// Paragraphs under the title (hand-written; no measured numbers here).
+    #[serde(default)]
+    pub intro: String,
+    /// How `--quick` shrinks the runs.
+    #[serde(default)]
+    pub quick: QuickSpec,
+    #[serde(rename = "paper")]
+    pub papers: Vec<PaperSpec>,
+    #[serde(rename = "figure")]
+    pub figures: Vec<FigureSpec>,
+}
+
+/// `--quick`: fewer requests, fewer points, coarser searches.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuickSpec {
+    /// Measured and warm-up requests of every run are multiplied by this.
+    #[serde(default = "quarter")]
+    pub requests_factor: f64,
+    /// ... but never below this many measured requests.
+    #[serde(default = "two_thousand")]
+    pub min_requests: u64,
+    /// Max-load searches stop at `tolerance` × this.
+    #[serde(default = "two")]
+    pub tolerance_factor: f64,
+}
+
+impl Default for QuickSpec {
+    fn default() -> Self {
+        QuickSpec { requests_factor: quarter(), min_requests: two_thousand(), tolerance_factor: two() }
+    }
+}
+
+fn quarter() -> f64 {
+    0.25
+}
+fn two_thousand() -> u64 {
+    2000
+}
+fn two() -> f64 {
+    2.0
+}
+
+/// A seed paper; figures refer to it by `id`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PaperSpec {
+    pub id: String,
+    /// e.g. "TailClipper (Ng et al., SoCC '24)".
+    pub title: String,
+    /// Paragraphs for the paper's section: setup and deviations (no measured numbers).
+    #[serde(default)]
+    pub note: String,
+}
+
+/// What a figure runs. Inferred from its scenario when absent: `[search]` →
+/// `search`, otherwise `sweep`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FigureKind {
+    /// One run per (series, vary value, load of the scenario's `[sweep]`).
+    Sweep,
+    /// One max-load-under-SLO search per (series, vary value).
+    Search,
+    /// TailGuard's unloaded tails x_p^u(k) from the planner, no simulation.
+    Planner,
+    /// TailGuard §IV.D: calibrate R_th, then sweep offered load with admission control.
+    Admission,
+}
+
+/// One figure or table of a paper.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FigureSpec {
+    /// Unique, used in file names and cross-figure selectors.
+    pub id: String,
+    /// `id` of a [`PaperSpec`].
+    pub paper: String,
+    pub title: String,
+    /// Where in the paper, e.g. "§5.4".
+    pub section: String,
+    #[serde(default)]
+    pub kind: Option<FigureKind>,
+    /// Scenario file, relative to the manifest.
+    #[serde(default)]
+    pub scenario: Option<PathBuf>,
+    /// Setup and deviations from the paper, for the report (no measured numbers).
+    #[serde(default)]
+    pub note: String,
+    /// Patches applied to the scenario for every series: dotted path → value
+    /// (`"service.*.service_time"`, `"deadlines.mode"`); `*` is every element.
+    #[serde(default)]
+    pub set: toml::Table,
+    /// The lines of the figure. Absent: one per policy of the scenario's
+    /// `[sweep]`/`[search]`, or one with the scenario's own policies.
+    #[serde(default)]
+    pub series: Vec<SeriesSpec>,
+    /// A parameter the figure varies besides the load.
+    #[serde(default)]
+    pub vary: Option<VarySpec>,
+    /// Loads (of the scenario's `[sweep]` axis) to run in `--quick`.
+    #[serde(default)]
+    pub quick_loads: Option<Vec<f64>>,
+    /// Vary values to run in `--quick`.
+    #[serde(default)]
+    pub quick_vary: Option<Vec<f64>>,
+    /// The paper's load is ours times this (time scaling; shown next to our loads).
+    #[serde(default)]
+    pub paper_load_factor: Option<f64>,
+    /// What the paper's load axis is called, e.g. "paper RPS".
+    #[serde(default)]
+    pub paper_load_label: Option<String>,
+    #[serde(default)]
+    pub plots: Vec<PlotSpec>,
+    /// Columns of the figure's data table: metric names, optionally
+    /// `name[class=I]`, `name[fanout=100]`.
+    #[serde(default)]
+    pub columns: Vec<String>,
+    /// For `kind = "planner"`.
+    #[serde(default)]
+    pub planner: Option<PlannerSpec>,
+    #[serde(default, rename = "claim")]
+    pub claims: Vec<ClaimSpec>,
+}
+
+/// One line of a figure.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeriesSpec {
+    /// The paper's name for it, e.g. "TF-EDFQ".
+    pub label: String,
+    /// Policy for every service (absent: the scenario's own).
+    #[serde(default)]
+    pub policy: Option<PolicySpec>,
+    /// Patches for this series, after the figure's.
+    #[serde(default)]
+    pub set: toml::Table,
+    /// Replaces the figure's `vary.scale` for this series.
+    #[serde(default)]
+    pub vary_scale: Option<BTreeMap<String, f64>>,
+}
+
+/// A parameter axis: each value is a separate run (or search).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VarySpec {
+    /// Axis label, e.g. "SLO (ms)".
+    pub name: String,
+    pub values: Vec<f64>,
+    /// path → factor: the value at `path` becomes value × factor.
+    #[serde(default)]
+    pub scale: BTreeMap<String, f64>,
+    /// Array path: keep only its first `value` elements (e.g. tiers of a chain).
+    #[serde(default)]
+    pub truncate: Option<String>,
+}
+
+/// An SVG plot of the figure.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlotSpec {
+    /// The y metric (see [`crate::reproduce::claims`] for names).
+    pub metric: String,
+    /// `load` or `vary`; default: `vary` for search figures and figures
+    /// without a load axis, else `load`.
+    #[serde(default)]
+    pub x: Option<Axis>,
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub class: Option<String>,
+    #[serde(default)]
+    pub fanout: Option<u32>,
+    /// Plot the latency CCDF of each series instead (y: fraction of requests
+    /// with at least that latency); `metric` is `latency_ms` or `latency_us`.
+    #[serde(default)]
+    pub ccdf: bool,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Axis {
+    Load,
+    Vary,
+}
+
+/// TailGuard Table II: the planner's unloaded tails against the authors' tables.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlannerSpec {
+    pub fanouts: Vec<u32>,
+    #[serde(default = "ninety_nine")]
+    pub percentile: f64,
+    pub tables: Vec<PlannerTable>,
+    /// Template for the rows where our number differs (see [`ClaimSpec::cause`]);
+    /// also knows `{rut}`, `{name}` and `{k}`.
+    pub cause: String,
+    /// Template for the mean rows.
+    pub mean_cause: String,
+}
+
+fn ninety_nine() -> f64 {
+    99.0
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlannerTable {
+    pub name: String,
+    /// Tailbench quantile table, relative to the manifest.
+    pub cdf: PathBuf,
+    /// The authors' x_99^u(k) table (line k), relative to the manifest.
+    pub rut: PathBuf,
+    pub paper_mean_ms: f64,
+    /// The paper's values for `fanouts`, in order.
+    pub paper_ms: Vec<f64>,
+}
+
+/// A claim of the paper and how to measure ours.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimSpec {
+    /// What is compared, e.g. "orf's p99 vs rr's at paper 400 RPS (ours 200)".
+    pub what: String,
+    /// The paper's number, in `unit`.
+    #[serde(default)]
+    pub paper: Option<f64>,
+    /// The paper's claim in words, when it gives no number (or a bound).
+    #[serde(default)]
+    pub paper_text: Option<String>,
+    /// Display unit: "%" (a change), "×" (a ratio), "ms", "µs", "util", "rps", "" …
+    #[serde(default)]
+    pub unit: String,
+    pub value: ValueSpec,
+    /// A qualitative assertion on our value, e.g. "< 0" or ">= 1".
+    #[serde(default)]
+    pub expect: Option<String>,
+    /// Asserted by the CI test (`--quick`): the claim must hold.
+    #[serde(default)]
+    pub ci: bool,
+    /// |ours/paper − 1| within this counts as agreement (default 0.25).
+    #[serde(default)]
+    pub tolerance: Option<f64>,
+    /// The sentence shown when ours differs from the paper (or the assertion
+    /// fails): `{ours}`, `{paper}`, `{ratio}`, `{at}` and the names in `aux`
+    /// are replaced by measured values. State the measured cause, or label a
+    /// hypothesis as one.
+    pub cause: String,
+    /// Extra measured values for `cause`.
+    #[serde(default)]
+    pub aux: BTreeMap<String, ValueSpec>,
+}
+
+/// A measured value: exactly one of `of`, `change`, `ratio`, `diff`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValueSpec {
+    /// A metric of one point.
+    #[serde(default)]
+    pub of: Option<Selector>,
+    /// 100 · (a / b − 1), in %.
+    #[serde(default)]
+    pub change: Option<[Selector; 2]>,
+    /// a / b.
+    #[serde(default)]
+    pub ratio: Option<[Selector; 2]>,
+    /// a − b.
+    #[serde(default)]
+    pub diff: Option<[Selector; 2]>,
+    /// Evaluate at every value of an axis the selectors leave open, and keep the min or max.
+    #[serde(default)]
+    pub agg: Option<AggSpec>,
+}
+
+/// Picks one number out of a figure's results.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Selector {
+    /// Another figure's id (default: this one).
+    #[serde(default)]
+    pub figure: Option<String>,
+    /// A series label, or several with `pick`.
+    pub series: SeriesRef,
+    /// With several series: the smallest or largest of their values.
+    #[serde(default)]
+    pub pick: Option<MinMax>,
+    pub metric: String,
+    /// The load point (a value of the scenario's `[sweep]` axis).
+    #[serde(default)]
+    pub load: Option<f64>,
+    /// The vary value.
+    #[serde(default)]
+    pub vary: Option<f64>,
+    #[serde(default)]
+    pub class: Option<String>,
+    #[serde(default)]
+    pub fanout: Option<u32>,
+    /// Instead of a point: the load at which `metric` first exceeds this
+    /// (linear interpolation between the sweep's loads).
+    #[serde(default)]
+    pub crossing: Option<f64>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum SeriesRef {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl SeriesRef {
+    pub fn labels(&self) -> Vec<&str> {
+        match self {
+            SeriesRef::One(s) => vec![s.as_str()],
+            SeriesRef::Many(v) => v.iter().map(String::as_str).collect(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum MinMax {
+    Min,
+    Max,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AggSpec {
+    pub over: Axis,
+    pub how: MinMax,
+    /// Keep only the axis values where this holds.
+    #[serde(default, rename = "where")]
+    pub filter: Option<WhereSpec>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WhereSpec {
+    pub of: Selector,
+    #[serde(default)]
+    pub le: Option<f64>,
+    #[serde(default)]
+    pub ge: Option<f64>,
+}
+
+/// A parsed `expect`: `op` then a number.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Expect {
+    pub op: Cmp,
+    pub rhs: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cmp {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl Expect {
+    pub fn parse(s: &str) -> Result<Expect, String> {
+        let s = s.trim();
+        let (op, rest) = if let Some(r) = s.strip_prefix("<=") {
+            (Cmp::Le, r)
+        } else if let Some(r) = s.strip_prefix(">=") {
+            (Cmp::Ge, r)
+        } else if let Some(r) = s.strip_prefix('<') {
+            (Cmp::Lt, r)
+        } else if let Some(r) = s.strip_prefix('>') {
+            (Cmp::Gt, r)
+        } else {
+            return Err(format!("expect = {s:?}: start with <, <=, > or >=, e.g. \"< 0\""));
+        };
+        let rhs: f64 = rest.trim().parse().map_err(|_| format!("expect = {s:?}: {:?} is not a number", rest.trim()))?;
+        Ok(Expect { op, rhs })
+    }
+
+    /// Whether `v` satisfies the assertion (NaN never does).
+    pub fn holds(&self, v: f64) -> bool {
+        match self.op {
+            Cmp::Lt => v < self.rhs,
+            Cmp::Le => v <= self.rhs,
+            Cmp::Gt => v > self.rhs,
+            Cmp::Ge => v >= self.rhs,
+        }
+    }
+}
+
+impl fmt::Display for Expect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let op = match self.op {
+            Cmp::Lt => "<",
+            Cmp::Le => "≤",
+            Cmp::Gt => ">",
+            Cmp::Ge => "≥",
+        };
+        write!(f, "{op} {}", self.rhs)
+    }
+}
+
+/// Why a manifest cannot be used; every message names the file.
+#[derive(Debug)]
+pub enum ManifestError {
+    Io { file: PathBuf, source: std::io::Error },
+    Parse { file: PathBuf, message: String },
+    Invalid { file: PathBuf, problems: Vec<String> },
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ManifestError::Io { file, source } => write!(
+                f,
+                "{}: cannot read the reproduction manifest: {source} (run from the repository root, or pass --manifest)",
+                file.display()
+            ),
+            ManifestError::Parse { file, message } => write!(f, "{}: {}", file.display(), message.trim_end()),
+            ManifestError::Invalid { file, problems } => {
+                write!(f, "{}: {} problem(s):", file.display(), problems.len())?;
+                for p in problems {
+                    write!(f, "\n  - {p}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for ManifestError {}
+
+/// A parsed, checked manifest and where it lives (paths in it are relative to `base_dir`).
+#[derive(Clone, Debug)]
+pub struct LoadedManifest {
+    pub manifest: Manifest,
+    pub path: PathBuf,
+    pub base_dir: PathBuf,
+}
+
+impl Manifest {
+    pub fn load(path: &Path) -> Result<LoadedManifest, ManifestError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Io { file: path.to_owned(), source })?;
+        Self::from_toml(&text, path)
+    }
+
+    pub fn from_toml(text: &str, path: &Path) -> Result<LoadedManifest, ManifestError> {
+        let manifest: Manifest =
+            toml::from_str(text).map_err(|e| ManifestError::Parse { file: path.to_owned(), message: e.to_string() })?;
+        let problems = manifest.problems();
+        if !problems.is_empty() {
+            return Err(ManifestError::Invalid { file: path.to_owned(), problems });
+        }
+        let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Ok(LoadedManifest { manifest, path: path.to_owned(), base_dir })
+    }
+
+    /// Every structural problem (scenario contents are checked when they load).
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        let q = &self.quick;
+        if !(q.requests_factor > 0.0 && q.requests_factor <= 1.0) {
+            p.push(format!("[quick] requests_factor = {}: must be in (0, 1]", q.requests_factor));
+        }
+        if !(q.tolerance_factor >= 1.0) {
+            p.push(format!("[quick] tolerance_factor = {}: must be ≥ 1", q.tolerance_factor));
+        }
+        let mut paper_ids = std::collections::HashSet::new();
+        for pa in &self.papers {
+            if !paper_ids.insert(pa.id.as_str()) {
+                p.push(format!("[[paper]] id = {:?} appears twice", pa.id));
+            }
+        }
+        let mut ids = std::collections::HashSet::new();
+        for f in &self.figures {
+            if !ids.insert(f.id.as_str()) {
+                p.push(format!("[[figure]] id = {:?} appears twice", f.id));
+            }
+        }
+        for f in &self.figures {
+            let at = format!("figure {:?}", f.id);
+            if !f.id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                p.push(format!("{at}: id must be letters, digits, '-' or '_' (it names output files)"));
+            }
+            if !paper_ids.contains(f.paper.as_str()) {
+                p.push(format!("{at}: paper = {:?} is not a [[paper]] id", f.paper));
+            }
+            match f.kind {
+                Some(FigureKind::Planner) => {
+                    if f.planner.is_none() {
+                        p.push(format!("{at}: kind = \"planner\" needs a `planner` table"));
+                    }
+                    if let Some(pl) = &f.planner {
+                        for t in &pl.tables {
+                            if t.paper_ms.len() != pl.fanouts.len() {
+                                p.push(format!("{at}: table {:?} has {} paper values for {} fanouts", t.name, t.paper_ms.len(), pl.fanouts.len()));
+                            }
+                        }
+                        if !(pl.percentile > 0.0 && pl.percentile < 100.0) {
+                            p.push(format!("{at}: planner percentile = {} must be in (0, 100)", pl.percentile));
+                        }
+                    }
+                }
+                _ => {
+                    if f.scenario.is_none() {
+                        p.push(format!("{at}: give `scenario` (a path relative to the manifest)"));
+                    }
+                    if f.planner.is_some() {
+                        p.push(format!("{at}: `planner` only goes with kind = \"planner\""));
+                    }
+                }
+            }
+            let mut labels = std::collections::HashSet::new();
+            for s in &f.series {
+                if !labels.insert(s.label.as_str()) {
+                    p.push(format!("{at}: series label {:?} appears twice", s.label));
+                }
+                if let Some(pol) = &s.policy {
+                    if let Err(e) = pol.validate() {
+                        p.push(format!("{at}, series {:?}: {e}", s.label));
+                    }
+                }
+            }
+            if let Some(v) = &f.vary {
+                if v.values.is_empty() {
+                    p.push(format!("{at}: vary.values is empty"));
+                }
+                if v.scale.is_empty() == v.truncate.is_none() {
+                    p.push(format!("{at}: vary needs exactly one of `scale` and `truncate`"));
+                }
+                if v.truncate.is_some() && v.values.iter().any(|x| x.fract() != 0.0 || *x < 1.0) {
+                    p.push(format!("{at}: vary with `truncate` needs whole values ≥ 1"));
+                }
+                if let Some(qv) = &f.quick_vary {
+                    if qv.iter().any(|x| !v.values.contains(x)) {
+                        p.push(format!("{at}: quick_vary must be a subset of vary.values"));
+                    }
+                }
+            } else if f.quick_vary.is_some() {
+                p.push(format!("{at}: quick_vary without vary"));
+            }
+            if f.series.iter().any(|s| s.vary_scale.is_some()) && f.vary.as_ref().is_none_or(|v| v.scale.is_empty()) {
+                p.push(format!("{at}: a series' vary_scale needs the figure's vary to use `scale`"));
+            }
+            if let Some(k) = f.paper_load_factor {
+                if !(k.is_finite() && k > 0.0) {
+                    p.push(format!("{at}: paper_load_factor = {k} must be positive"));
+                }
+            }
+            for c in &f.columns {
+                if let Err(e) = parse_column(c) {
+                    p.push(format!("{at}: column {c:?}: {e}"));
+                }
+            }
+            for (i, c) in f.claims.iter().enumerate() {
+                let at = format!("{at}, claim {} ({:?})", i + 1, c.what);
+                if let Some(e) = &c.expect {
+                    if let Err(e) = Expect::parse(e) {
+                        p.push(format!("{at}: {e}"));
+                    }
+                }
+                if c.paper.is_none() && c.paper_text.is_none() {
+                    p.push(format!("{at}: give the paper's number (`paper`) or its words (`paper_text`)"));
+                }
+                if c.ci && c.expect.is_none() {
+                    p.push(format!("{at}: ci = true needs an `expect` to assert"));
+                }
+                check_value(&c.value, &at, &mut p);
+                for (name, v) in &c.aux {
+                    check_value(v, &format!("{at}, aux {name:?}"), &mut p);
+                }
+                for name in placeholders(&c.cause) {
+                    if !matches!(name.as_str(), "ours" | "paper" | "ratio" | "at") && !c.aux.contains_key(&name) {
+                        p.push(format!("{at}: cause uses {{{name}}}, which is neither ours/paper/ratio/at nor an `aux` name"));
+                    }
+                }
+                for sel in selectors(&c.value).into_iter().chain(c.aux.values().flat_map(selectors)) {
+                    if let Some(fig) = &sel.figure {
+                        if !ids.contains(fig.as_str()) {
+                            p.push(format!("{at}: selector names figure {fig:?}, which is not in the manifest"));
+                        }
+                    }
+                }
+            }
+        }
+        p
+    }
+}
+
+fn check_value(v: &ValueSpec, at: &str, p: &mut Vec<String>) {
+    let n = v.of.is_some() as u8 + v.change.is_some() as u8 + v.ratio.is_some() as u8 + v.diff.is_some() as u8;
+    if n != 1 {
+        p.push(format!("{at}: value needs exactly one of `of`, `change`, `ratio`, `diff`"));
+    }
+    for s in selectors(v) {
+        if matches!(s.series, SeriesRef::Many(_)) && s.pick.is_none() {
+            p.push(format!("{at}: several series need `pick = \"min\"` or `\"max\"`"));
+        }
+    }
+}
+
+/// Every selector of a value (its filter included).
+pub fn selectors(v: &ValueSpec) -> Vec<&Selector> {
+    let mut out: Vec<&Selector> = Vec::new();
+    out.extend(v.of.iter());
+    for pair in [&v.change, &v.ratio, &v.diff].into_iter().flatten() {
+        out.extend(pair.iter());
+    }
+    if let Some(w) = v.agg.as_ref().and_then(|a| a.filter.as_ref()) {
+        out.push(&w.of);
+    }
+    out
+}
+
+/// `{name}` placeholders of a template, in order.
+pub fn placeholders(template: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = template;
+    while let Some(i) = rest.find('{') {
+        let Some(j) = rest[i..].find('}') else { break };
+        out.push(rest[i + 1..i + j].to_string());
+        rest = &rest[i + j + 1..];
+    }
+    out
+}
+
+/// A data-table column: `metric`, `metric[class=I]`, `metric[fanout=100]` or both.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Column {
+    pub metric: String,
+    pub class: Option<String>,
+    pub fanout: Option<u32>,
+}
+
+pub fn parse_column(s: &str) -> Result<Column, String> {
+    let (metric, filters) = match s.split_once('[') {
+        None => (s, ""),
+        Some((m, rest)) => (m, rest.strip_suffix(']').ok_or("missing `]`")?),
+    };
+    let mut col = Column { metric: metric.trim().to_string(), class: None, fanout: None };
+    for part in filters.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match part.split_once('=') {
+            Some(("class", v)) => col.class = Some(v.trim().to_string()),
+            Some(("fanout", v)) => col.fanout = Some(v.trim().parse().map_err(|_| format!("fanout {v:?} is not a number"))?),
+            _ => return Err(format!("{part:?}: use class=NAME or fanout=K")),
+        }
+    }
+    if col.metric.is_empty() {
+        return Err("empty metric name".into());
+    }
+    Ok(col)
+}
