@@ -3,13 +3,15 @@
 //! `scenario` parses the TOML a user writes, `model` compiles it, `engine`
 //! runs it (calling the same `tailor_core::Policy` objects the runtime uses),
 //! `metrics` summarises, `sweep` runs many points in parallel and searches
-//! for the max load under SLO, `report` prints tables, CSV and SVG, and
-//! `theory` holds the closed-form results the tests pin the engine to.
+//! for the max load under SLO, `report` prints tables, CSV and SVG,
+//! `reproduce` regenerates the seeds' figures into a report, and `theory`
+//! holds the closed-form results the tests pin the engine to.
 
 pub mod engine;
 pub mod metrics;
 pub mod model;
 pub mod report;
+pub mod reproduce;
 pub mod scenario;
 pub mod sweep;
 pub mod theory;

@@ -346,8 +346,12 @@ impl Scenario {
         let mut p = Vec::new();
         match (self.load.rps, self.load.utilization) {
             (Some(_), Some(_)) => p.push("[load]: give either `rps` or `utilization`, not both".into()),
-            (None, None) if self.sweep.is_none() && self.search.is_none() => {
-                p.push("[load]: give `rps` (requests/s) or `utilization` (0 < u < 1 at the busiest service)".into())
+            (None, None)
+                if self.sweep.is_none()
+                    && self.search.is_none()
+                    && !matches!(self.load.arrival, ArrivalSpec::Trace { .. }) =>
+            {
+                p.push("[load]: give `rps` (requests/s) or `utilization` (0 < u < 1 at the busiest service), or replay a trace at its own rate".into())
             }
             _ => {}
         }

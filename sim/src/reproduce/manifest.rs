@@ -581,6 +581,9 @@ impl Manifest {
                 if c.paper.is_none() && c.paper_text.is_none() {
                     p.push(format!("{at}: give the paper's number (`paper`) or its words (`paper_text`)"));
                 }
+                if c.paper.is_none() && c.expect.is_none() {
+                    p.push(format!("{at}: a claim without a number (`paper`) needs an `expect` to check"));
+                }
                 if c.ci && c.expect.is_none() {
                     p.push(format!("{at}: ci = true needs an `expect` to assert"));
                 }
