@@ -226,34 +226,70 @@ fn quantile_f64(sorted: &[f64], p: f64) -> f64 {
     sorted[rank - 1]
 }
 
-/// Percentage of requests overtaken by a request that should have finished
-/// after them: request i is *reordered* if some j has ideal completion
-/// (gat_j + ideal_j) later than i's but actual completion earlier than i's.
-/// The ideal completion is the one with no queuing anywhere (TailClipper §2.3,
-/// §5.4). O(n log n): sweep in decreasing ideal order keeping the earliest
-/// actual completion seen so far.
+/// Percentage of requests that a *later-arriving* request overtook although
+/// it should have finished after them (TailClipper §2.3: "later arriving
+/// requests jump ahead of requests that arrived before them"; §5.4: completion
+/// order deviating from the ideal one, where every request runs on arrival
+/// with no queuing).
+///
+/// Request i is reordered if some j has `gat_j > gat_i` (arrived later),
+/// `gat_j + ideal_j > gat_i + ideal_i` (should finish later) and
+/// `gat_j + latency_j < gat_i + latency_i` (finished earlier). Requiring j to
+/// be younger is what separates harmful reordering from a short request
+/// legitimately finishing before an older long one. O(n log n): sweep from
+/// the youngest request, keeping in a Fenwick tree over ideal-completion rank
+/// the earliest actual completion among the requests already swept.
 pub fn reordering_pct(gat: &[Nanos], latency: &[Nanos], ideal: &[Nanos]) -> f64 {
     let n = gat.len();
     if n == 0 {
         return 0.0;
     }
-    let mut order: Vec<(Nanos, Nanos)> = (0..n).map(|i| (gat[i] + ideal[i], gat[i] + latency[i])).collect();
-    // Decreasing ideal completion; among equal ideals none overtakes another.
-    order.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    let ideal_end: Vec<Nanos> = (0..n).map(|i| gat[i] + ideal[i]).collect();
+    let actual_end: Vec<Nanos> = (0..n).map(|i| gat[i] + latency[i]).collect();
+    // Rank of each request's ideal completion, equal values sharing a rank.
+    let mut by_ideal: Vec<usize> = (0..n).collect();
+    by_ideal.sort_unstable_by_key(|&i| ideal_end[i]);
+    let mut rank = vec![0usize; n];
+    let mut r = 0;
+    for w in 0..n {
+        if w > 0 && ideal_end[by_ideal[w]] != ideal_end[by_ideal[w - 1]] {
+            r += 1;
+        }
+        rank[by_ideal[w]] = r;
+    }
+    let ranks = r + 1;
+    // Fenwick tree for "min actual completion among ranks > q", indexed from the top.
+    let mut tree = vec![Nanos::MAX; ranks + 1];
+    let top_index = |rk: usize| ranks - rk; // rank ranks-1 → 1, rank 0 → ranks
+    let mut by_gat: Vec<usize> = (0..n).collect();
+    by_gat.sort_unstable_by(|&a, &b| gat[b].cmp(&gat[a]));
     let mut reordered = 0u64;
-    let mut earliest_later = Nanos::MAX; // min actual completion among strictly-later ideals
     let mut i = 0;
     while i < n {
+        // Requests with the same GAT did not arrive after one another: query
+        // the whole group before inserting any of it.
         let mut j = i;
-        let mut group_min = Nanos::MAX;
-        while j < n && order[j].0 == order[i].0 {
-            if order[j].1 > earliest_later {
+        while j < n && gat[by_gat[j]] == gat[by_gat[i]] {
+            let x = by_gat[j];
+            // min over ranks strictly greater than rank[x] = indices 1..top_index(rank[x]) - 1
+            let mut k = top_index(rank[x]) - 1;
+            let mut best = Nanos::MAX;
+            while k > 0 {
+                best = best.min(tree[k]);
+                k &= k - 1;
+            }
+            if best < actual_end[x] {
                 reordered += 1;
             }
-            group_min = group_min.min(order[j].1);
             j += 1;
         }
-        earliest_later = earliest_later.min(group_min);
+        for &x in &by_gat[i..j] {
+            let mut k = top_index(rank[x]);
+            while k <= ranks {
+                tree[k] = tree[k].min(actual_end[x]);
+                k += k & k.wrapping_neg();
+            }
+        }
         i = j;
     }
     100.0 * reordered as f64 / n as f64
@@ -360,17 +396,42 @@ mod tests {
     }
 
     #[test]
-    fn reordering_counts_requests_overtaken_by_later_ideals() {
-        // Ideal completions 10, 20, 30. Actual: 35, 25, 30 → request 0 (ideal 10)
-        // finished after 1 and 2, which ideally finish later: reordered. Request 1
-        // (ideal 20, actual 25) finished before 2's 30: not reordered.
-        let gat = [0, 0, 0];
-        let ideal = [10, 20, 30];
-        let lat = [35, 25, 30];
-        assert!((reordering_pct(&gat, &lat, &ideal) - 100.0 / 3.0).abs() < 1e-9);
+    fn reordering_counts_requests_overtaken_by_younger_later_ideals() {
+        // Arrivals 0, 1, 2; ideal completions 10, 20, 30; actual 35, 25, 30 →
+        // request 0 finished after the younger 1 and 2, which ideally finish
+        // later: reordered. Request 1 finished before 2: not reordered.
+        let gat = [0, 1, 2];
+        let ideal = [10, 19, 28];
+        assert!((reordering_pct(&gat, &[35, 24, 28], &ideal) - 100.0 / 3.0).abs() < 1e-9);
         // In order: nobody reordered.
-        assert_eq!(reordering_pct(&gat, &[10, 20, 30], &ideal), 0.0);
+        assert_eq!(reordering_pct(&gat, &[10, 19, 28], &ideal), 0.0);
         // Equal ideals never count as overtaking each other.
         assert_eq!(reordering_pct(&[0, 0], &[7, 5], &[5, 5]), 0.0);
+        // An OLDER request that ideally finishes later but finishes first (a
+        // long request served in GAT order ahead of a short younger one) does
+        // not reorder the younger one: only later arrivals jump ahead.
+        assert_eq!(reordering_pct(&[0, 1], &[10, 20], &[10, 2]), 0.0);
+        // A younger request that should finish later (ends 11) finishing first
+        // (at 8) ahead of an older one (ideal 5, actual 12) is reordering.
+        assert_eq!(reordering_pct(&[0, 1], &[12, 7], &[5, 10]), 50.0);
+    }
+
+    #[test]
+    fn reordering_matches_the_quadratic_definition() {
+        let mut rng = tailor_core::Rng::new(17);
+        for _ in 0..50 {
+            let n = 1 + rng.below(60) as usize;
+            let gat: Vec<Nanos> = (0..n).map(|_| rng.below(20)).collect();
+            let ideal: Vec<Nanos> = (0..n).map(|_| 1 + rng.below(20)).collect();
+            let lat: Vec<Nanos> = (0..n).map(|i| ideal[i] + rng.below(30)).collect();
+            let slow = (0..n)
+                .filter(|&i| {
+                    (0..n).any(|j| {
+                        gat[j] > gat[i] && gat[j] + ideal[j] > gat[i] + ideal[i] && gat[j] + lat[j] < gat[i] + lat[i]
+                    })
+                })
+                .count();
+            assert_eq!(reordering_pct(&gat, &lat, &ideal), 100.0 * slow as f64 / n as f64);
+        }
     }
 }

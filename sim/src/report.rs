@@ -204,7 +204,11 @@ pub fn line_plot(title: &str, x_label: &str, y_label: &str, series: &[Series]) -
         x1 = x0 + 1.0;
     }
     let log = y1 / y0 > 20.0;
-    let (ty0, ty1) = if log { (y0.log10().floor(), y1.log10().ceil()) } else { (0.0, y1 * 1.1) };
+    let (ty0, ty1) = if log {
+        (y0.log10().floor(), y1.log10().ceil())
+    } else {
+        (0.0, nice_ticks(0.0, y1 * 1.05).last().copied().unwrap_or(y1).max(y1 * 1.05))
+    };
     let ty = |y: f64| if log { y.log10() } else { y };
     let px = |x: f64| ml + (x - x0) / (x1 - x0) * (w - ml - mr);
     let py = |y: f64| mt + (1.0 - (ty(y) - ty0) / (ty1 - ty0).max(1e-12)) * (h - mt - mb);
@@ -221,8 +225,7 @@ pub fn line_plot(title: &str, x_label: &str, y_label: &str, series: &[Series]) -
     // Axes and ticks.
     let _ = writeln!(s, r#"<line x1="{ml}" y1="{}" x2="{}" y2="{}" stroke="black"/>"#, h - mb, w - mr, h - mb);
     let _ = writeln!(s, r#"<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{}" stroke="black"/>"#, h - mb);
-    for i in 0..=5 {
-        let x = x0 + (x1 - x0) * i as f64 / 5.0;
+    for x in nice_ticks(x0, x1) {
         let _ = writeln!(
             s,
             r#"<text x="{}" y="{}" text-anchor="middle">{}</text><line x1="{0}" y1="{}" x2="{0}" y2="{}" stroke="black"/>"#,
@@ -236,7 +239,7 @@ pub fn line_plot(title: &str, x_label: &str, y_label: &str, series: &[Series]) -
     let yticks: Vec<f64> = if log {
         (ty0 as i32..=ty1 as i32).map(|e| 10f64.powi(e)).collect()
     } else {
-        (0..=5).map(|i| ty1 * i as f64 / 5.0).collect()
+        nice_ticks(0.0, ty1)
     };
     for y in yticks {
         let yy = if log { py(y) } else { mt + (1.0 - y / ty1) * (h - mt - mb) };
@@ -283,6 +286,18 @@ pub fn line_plot(title: &str, x_label: &str, y_label: &str, series: &[Series]) -
     }
     s.push_str("</svg>\n");
     s
+}
+
+/// Round-numbered ticks (1, 2, 2.5 or 5 × 10^k apart) covering [lo, hi], about five of them.
+fn nice_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let raw = (hi - lo) / 5.0;
+    if !(raw.is_finite() && raw > 0.0) {
+        return vec![lo];
+    }
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * mag).find(|&s| s >= raw).unwrap_or(10.0 * mag);
+    let first = (lo / step).ceil() * step;
+    (0..).map(|i| first + i as f64 * step).take_while(|&t| t <= hi + step * 1e-9).collect()
 }
 
 fn trim_num(x: f64) -> String {

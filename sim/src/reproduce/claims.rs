@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 
 use super::exec::{FigurePlan, Outcome, Point, PointData, RunRecord};
-use super::manifest::{Axis, ClaimSpec, Expect, MinMax, Selector, ValueSpec};
+use super::manifest::{Axis, ClaimSpec, Expect, MinMax, Operand, Selector, ValueSpec};
 use super::Reproduction;
 
 /// A measured number; `bound` when it is only a bound (a crossing outside
@@ -186,11 +186,20 @@ fn same(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
 }
 
-/// Fills a selector's open axis (for `agg`).
-#[derive(Clone, Copy)]
+/// Fills the axes a selector leaves open (for `agg`).
+#[derive(Clone, Copy, Default)]
 struct Fill {
-    axis: Axis,
-    x: f64,
+    load: Option<f64>,
+    vary: Option<f64>,
+}
+
+impl Fill {
+    fn with(self, axis: Axis, x: f64) -> Fill {
+        match axis {
+            Axis::Load => Fill { load: Some(x), ..self },
+            Axis::Vary => Fill { vary: Some(x), ..self },
+        }
+    }
 }
 
 impl Reproduction {
@@ -202,10 +211,10 @@ impl Reproduction {
         }
     }
 
-    fn select(&self, ctx: &FigurePlan, sel: &Selector, fill: Option<Fill>) -> Result<Val, String> {
+    fn select(&self, ctx: &FigurePlan, sel: &Selector, fill: Fill) -> Result<Val, String> {
         let fig = self.target(ctx, sel)?;
-        let load = sel.load.or(fill.filter(|f| f.axis == Axis::Load).map(|f| f.x));
-        let vary = sel.vary.or(fill.filter(|f| f.axis == Axis::Vary).map(|f| f.x));
+        let load = sel.load.or(fill.load);
+        let vary = sel.vary.or(fill.vary);
         let mut vals = Vec::new();
         for label in sel.series.labels() {
             let v = match sel.crossing {
@@ -256,9 +265,16 @@ impl Reproduction {
         Ok(Val { v: pts.last().unwrap().0, bound: Some(Bound::Above) })
     }
 
-    fn eval_at(&self, ctx: &FigurePlan, v: &ValueSpec, fill: Option<Fill>) -> Result<Val, String> {
-        let two = |pair: &[Selector; 2]| -> Result<(Val, Val), String> {
-            Ok((self.select(ctx, &pair[0], fill)?, self.select(ctx, &pair[1], fill)?))
+    fn operand(&self, ctx: &FigurePlan, op: &Operand, fill: Fill) -> Result<Val, String> {
+        match op {
+            Operand::Sel(s) => self.select(ctx, s, fill),
+            Operand::Value(v) => Ok(self.eval_with(ctx, v, fill)?.0),
+        }
+    }
+
+    fn eval_at(&self, ctx: &FigurePlan, v: &ValueSpec, fill: Fill) -> Result<Val, String> {
+        let two = |pair: &[Operand; 2]| -> Result<(Val, Val), String> {
+            Ok((self.operand(ctx, &pair[0], fill)?, self.operand(ctx, &pair[1], fill)?))
         };
         let combine = |a: Val, b: Val, f: fn(f64, f64) -> f64| {
             let bound = match (a.bound, b.bound) {
@@ -269,6 +285,21 @@ impl Reproduction {
                 _ => Some(Bound::Approx),
             };
             Val { v: f(a.v, b.v), bound }
+        };
+        let extreme = |list: &[Operand], how: MinMax| -> Result<Val, String> {
+            let mut best: Option<Val> = None;
+            for op in list {
+                let x = self.operand(ctx, op, fill)?;
+                let better = match (&best, how) {
+                    (None, _) => true,
+                    (Some(b), MinMax::Max) => x.v > b.v,
+                    (Some(b), MinMax::Min) => x.v < b.v,
+                };
+                if better {
+                    best = Some(x);
+                }
+            }
+            best.ok_or_else(|| "an empty list".to_string())
         };
         if let Some(s) = &v.of {
             self.select(ctx, s, fill)
@@ -281,6 +312,10 @@ impl Reproduction {
         } else if let Some(p) = &v.diff {
             let (a, b) = two(p)?;
             Ok(combine(a, b, |a, b| a - b))
+        } else if let Some(l) = &v.max {
+            extreme(l, MinMax::Max)
+        } else if let Some(l) = &v.min {
+            extreme(l, MinMax::Min)
         } else {
             unreachable!("checked by Manifest::problems")
         }
@@ -288,7 +323,11 @@ impl Reproduction {
 
     /// A value, and the axis value `agg` picked (if any).
     pub fn eval(&self, ctx: &FigurePlan, v: &ValueSpec) -> Result<(Val, Option<f64>), String> {
-        let Some(agg) = &v.agg else { return Ok((self.eval_at(ctx, v, None)?, None)) };
+        self.eval_with(ctx, v, Fill::default())
+    }
+
+    fn eval_with(&self, ctx: &FigurePlan, v: &ValueSpec, fill: Fill) -> Result<(Val, Option<f64>), String> {
+        let Some(agg) = &v.agg else { return Ok((self.eval_at(ctx, v, fill)?, None)) };
         let first = super::manifest::selectors(v)[0];
         let fig = self.target(ctx, first)?;
         let xs = match agg.over {
@@ -297,7 +336,7 @@ impl Reproduction {
         };
         let mut best: Option<(Val, f64)> = None;
         for &x in xs {
-            let fill = Some(Fill { axis: agg.over, x });
+            let fill = fill.with(agg.over, x);
             if let Some(w) = &agg.filter {
                 let c = self.select(ctx, &w.of, fill)?.v;
                 if w.le.is_some_and(|le| !(c <= le)) || w.ge.is_some_and(|ge| !(c >= ge)) {
@@ -318,6 +357,7 @@ impl Reproduction {
             }
         }
         match best {
+            Some((_, x)) if agg.arg => Ok((Val::exact(x), None)),
             Some((v, x)) => Ok((v, Some(x))),
             None => Err("no axis value passes the `where` filter".into()),
         }
@@ -499,6 +539,7 @@ impl Reproduction {
                 return r;
             }
         };
+        let val = Val { v: val.v * c.ours_factor.unwrap_or(1.0), ..val };
         r.value = Some(val);
         r.ours = show(val, &c.unit);
         if let Some(at) = at {

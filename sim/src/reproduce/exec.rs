@@ -250,6 +250,21 @@ fn plan_figure(
     if fig.kind == Some(FigureKind::Planner) {
         return plan_planner(lm, index, fig).map_err(|e| vec![format!("{at}: {e}")]);
     }
+    if fig.kind == Some(FigureKind::Claims) {
+        return Ok(FigurePlan {
+            index,
+            kind: FigureKind::Claims,
+            scenario: None,
+            scenario_name: String::new(),
+            requests: 0,
+            seed: 0,
+            series: Vec::new(),
+            vary: Vec::new(),
+            loads: Vec::new(),
+            load_axis: None,
+            points: Vec::new(),
+        });
+    }
     let rel = fig.scenario.as_ref().expect("checked by Manifest::problems");
     let path = lm.base_dir.join(rel);
     let text = std::fs::read_to_string(&path).map_err(|e| vec![format!("{at}: {}: {e}", path.display())])?;
@@ -366,7 +381,7 @@ fn plan_figure(
                         Err(e) => problems.push(format!("{sat}: {e}")),
                     }
                 }
-                FigureKind::Planner => unreachable!("handled above"),
+                FigureKind::Planner | FigureKind::Claims => unreachable!("handled above"),
             }
         }
     }

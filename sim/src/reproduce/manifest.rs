@@ -85,6 +85,8 @@ pub enum FigureKind {
     Planner,
     /// TailGuard §IV.D: calibrate R_th, then sweep offered load with admission control.
     Admission,
+    /// No runs of its own: claims over other figures' runs (every selector names a `figure`).
+    Claims,
 }
 
 /// One figure or table of a paper.
@@ -251,7 +253,11 @@ pub struct ClaimSpec {
     #[serde(default)]
     pub unit: String,
     pub value: ValueSpec,
-    /// A qualitative assertion on our value, e.g. "< 0" or ">= 1".
+    /// Our value is multiplied by this before it is shown or compared, e.g. the
+    /// figure's `paper_load_factor` to state a load in the paper's units.
+    #[serde(default)]
+    pub ours_factor: Option<f64>,
+    /// A qualitative assertion on our value: "< 0", ">= 1", "in [0.9, 1.1]".
     #[serde(default)]
     pub expect: Option<String>,
     /// Asserted by the CI test (`--quick`): the claim must hold.
@@ -270,7 +276,7 @@ pub struct ClaimSpec {
     pub aux: BTreeMap<String, ValueSpec>,
 }
 
-/// A measured value: exactly one of `of`, `change`, `ratio`, `diff`.
+/// A measured value: exactly one of `of`, `change`, `ratio`, `diff`, `max`, `min`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ValueSpec {
@@ -279,16 +285,30 @@ pub struct ValueSpec {
     pub of: Option<Selector>,
     /// 100 · (a / b − 1), in %.
     #[serde(default)]
-    pub change: Option<[Selector; 2]>,
+    pub change: Option<[Operand; 2]>,
     /// a / b.
     #[serde(default)]
-    pub ratio: Option<[Selector; 2]>,
+    pub ratio: Option<[Operand; 2]>,
     /// a − b.
     #[serde(default)]
-    pub diff: Option<[Selector; 2]>,
+    pub diff: Option<[Operand; 2]>,
+    /// The largest of several values (e.g. over the panels of a figure).
+    #[serde(default)]
+    pub max: Option<Vec<Operand>>,
+    /// The smallest of several values.
+    #[serde(default)]
+    pub min: Option<Vec<Operand>>,
     /// Evaluate at every value of an axis the selectors leave open, and keep the min or max.
     #[serde(default)]
     pub agg: Option<AggSpec>,
+}
+
+/// An operand: a selector, or a nested value (`{ change = [...] }`, …).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Operand {
+    Sel(Selector),
+    Value(Box<ValueSpec>),
 }
 
 /// Picks one number out of a figure's results.
@@ -348,6 +368,9 @@ pub enum MinMax {
 pub struct AggSpec {
     pub over: Axis,
     pub how: MinMax,
+    /// The value is the axis value at the min or max (argmin/argmax), not the min or max.
+    #[serde(default)]
+    pub arg: bool,
     /// Keep only the axis values where this holds.
     #[serde(default, rename = "where")]
     pub filter: Option<WhereSpec>,
@@ -363,11 +386,13 @@ pub struct WhereSpec {
     pub ge: Option<f64>,
 }
 
-/// A parsed `expect`: `op` then a number.
+/// A parsed `expect`: `op` then a number, or `in [lo, hi]` (inclusive).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Expect {
     pub op: Cmp,
     pub rhs: f64,
+    /// The upper end for [`Cmp::In`].
+    pub hi: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -376,11 +401,20 @@ pub enum Cmp {
     Le,
     Gt,
     Ge,
+    In,
 }
 
 impl Expect {
     pub fn parse(s: &str) -> Result<Expect, String> {
         let s = s.trim();
+        if let Some(r) = s.strip_prefix("in") {
+            let inner = r.trim().strip_prefix('[').and_then(|r| r.strip_suffix(']'));
+            let parts: Option<Vec<f64>> = inner.and_then(|i| i.split(',').map(|x| x.trim().parse().ok()).collect());
+            return match parts.as_deref() {
+                Some(&[lo, hi]) if lo <= hi => Ok(Expect { op: Cmp::In, rhs: lo, hi }),
+                _ => Err(format!("expect = {s:?}: write a range as \"in [lo, hi]\" with lo ≤ hi")),
+            };
+        }
         let (op, rest) = if let Some(r) = s.strip_prefix("<=") {
             (Cmp::Le, r)
         } else if let Some(r) = s.strip_prefix(">=") {
@@ -393,7 +427,7 @@ impl Expect {
             return Err(format!("expect = {s:?}: start with <, <=, > or >=, e.g. \"< 0\""));
         };
         let rhs: f64 = rest.trim().parse().map_err(|_| format!("expect = {s:?}: {:?} is not a number", rest.trim()))?;
-        Ok(Expect { op, rhs })
+        Ok(Expect { op, rhs, hi: rhs })
     }
 
     /// Whether `v` satisfies the assertion (NaN never does).
@@ -403,6 +437,7 @@ impl Expect {
             Cmp::Le => v <= self.rhs,
             Cmp::Gt => v > self.rhs,
             Cmp::Ge => v >= self.rhs,
+            Cmp::In => v >= self.rhs && v <= self.hi,
         }
     }
 }
@@ -414,6 +449,7 @@ impl fmt::Display for Expect {
             Cmp::Le => "≤",
             Cmp::Gt => ">",
             Cmp::Ge => "≥",
+            Cmp::In => return write!(f, "in [{}, {}]", self.rhs, self.hi),
         };
         write!(f, "{op} {}", self.rhs)
     }
@@ -520,6 +556,17 @@ impl Manifest {
                         }
                     }
                 }
+                Some(FigureKind::Claims) => {
+                    if f.scenario.is_some() || f.planner.is_some() || !f.plots.is_empty() || f.vary.is_some() || !f.series.is_empty() {
+                        p.push(format!("{at}: kind = \"claims\" has only claims (no scenario, planner, plots, vary or series)"));
+                    }
+                    for c in &f.claims {
+                        let sels = selectors(&c.value).into_iter().chain(c.aux.values().flat_map(selectors));
+                        if sels.into_iter().any(|s| s.figure.is_none()) {
+                            p.push(format!("{at}, claim {:?}: in a claims-only figure every selector names its `figure`", c.what));
+                        }
+                    }
+                }
                 _ => {
                     if f.scenario.is_none() {
                         p.push(format!("{at}: give `scenario` (a path relative to the manifest)"));
@@ -610,9 +657,22 @@ impl Manifest {
 }
 
 fn check_value(v: &ValueSpec, at: &str, p: &mut Vec<String>) {
-    let n = v.of.is_some() as u8 + v.change.is_some() as u8 + v.ratio.is_some() as u8 + v.diff.is_some() as u8;
+    let n = v.of.is_some() as u8
+        + v.change.is_some() as u8
+        + v.ratio.is_some() as u8
+        + v.diff.is_some() as u8
+        + v.max.is_some() as u8
+        + v.min.is_some() as u8;
     if n != 1 {
-        p.push(format!("{at}: value needs exactly one of `of`, `change`, `ratio`, `diff`"));
+        p.push(format!("{at}: value needs exactly one of `of`, `change`, `ratio`, `diff`, `max`, `min`"));
+    }
+    if v.max.as_ref().or(v.min.as_ref()).is_some_and(|l| l.is_empty()) {
+        p.push(format!("{at}: `max`/`min` needs at least one value"));
+    }
+    for op in operands(v) {
+        if let Operand::Value(inner) = op {
+            check_value(inner, at, p);
+        }
     }
     for s in selectors(v) {
         if matches!(s.series, SeriesRef::Many(_)) && s.pick.is_none() {
@@ -621,12 +681,27 @@ fn check_value(v: &ValueSpec, at: &str, p: &mut Vec<String>) {
     }
 }
 
-/// Every selector of a value (its filter included).
+/// The direct operands of a value.
+pub fn operands(v: &ValueSpec) -> Vec<&Operand> {
+    let mut out: Vec<&Operand> = Vec::new();
+    for pair in [&v.change, &v.ratio, &v.diff].into_iter().flatten() {
+        out.extend(pair.iter());
+    }
+    for list in [&v.max, &v.min].into_iter().flatten() {
+        out.extend(list.iter());
+    }
+    out
+}
+
+/// Every selector of a value, nested values and filters included, in order.
 pub fn selectors(v: &ValueSpec) -> Vec<&Selector> {
     let mut out: Vec<&Selector> = Vec::new();
     out.extend(v.of.iter());
-    for pair in [&v.change, &v.ratio, &v.diff].into_iter().flatten() {
-        out.extend(pair.iter());
+    for op in operands(v) {
+        match op {
+            Operand::Sel(s) => out.push(s),
+            Operand::Value(inner) => out.extend(selectors(inner)),
+        }
     }
     if let Some(w) = v.agg.as_ref().and_then(|a| a.filter.as_ref()) {
         out.push(&w.of);

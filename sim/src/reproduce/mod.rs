@@ -87,7 +87,7 @@ impl Reproduction {
         let spec = &self.manifest.manifest.figures[f.index];
         let mut out: Vec<ClaimResult> = spec.claims.iter().map(|c| self.claim(f, c)).collect();
         if let Some(pl) = &spec.planner {
-            out.extend(render::planner_claims(self, f, pl));
+            out.extend(render::planner_claims(f, pl));
         }
         out
     }

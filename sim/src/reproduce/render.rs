@@ -50,7 +50,7 @@ impl Reproduction {
         );
         let _ = writeln!(s, "# {}\n", m.title);
         let (runs, events) = self.totals();
-        let mut seeds: Vec<u64> = self.figures.iter().filter(|f| f.kind != FigureKind::Planner).map(|f| f.seed).collect();
+        let mut seeds: Vec<u64> = self.figures.iter().filter(|f| f.scenario.is_some()).map(|f| f.seed).collect();
         seeds.sort_unstable();
         seeds.dedup();
         let seed_text = match (self.options.seed, seeds.as_slice()) {
@@ -171,7 +171,7 @@ impl Reproduction {
             }
             s.push('\n');
         }
-        let table = self.data_table(f, spec);
+        let table = if f.points.is_empty() { String::new() } else { self.data_table(f, spec) };
         if !table.is_empty() {
             let _ = writeln!(s, "<details><summary>Data ({} points)</summary>\n\n{table}\n</details>\n", f.points.len());
         }
@@ -180,7 +180,7 @@ impl Reproduction {
     /// The figure's numbers, one row per point.
     fn data_table(&self, f: &FigurePlan, spec: &FigureSpec) -> String {
         if let Some(pl) = &spec.planner {
-            return planner_table(self, f, pl);
+            return planner_table(f, pl);
         }
         let columns: Vec<Column> = if spec.columns.is_empty() {
             let default: &[&str] = match f.kind {
@@ -200,8 +200,7 @@ impl Reproduction {
         let has_load = !f.loads.is_empty();
         if has_load {
             header.push(load_label(f).into());
-            if let Some(k) = spec.paper_load_factor {
-                let _ = k;
+            if spec.paper_load_factor.is_some() {
                 header.push(spec.paper_load_label.clone().unwrap_or_else(|| "paper load".into()));
             }
         }
@@ -254,8 +253,11 @@ impl Reproduction {
                 if let Record::Run(r) = self.record(pt) {
                     if let Some(x) = &r.extra {
                         let mut label = pt.series.clone();
-                        if let Some(v) = pt.vary {
-                            label = format!("{label}, {v}");
+                        if let (Some(v), true) = (pt.vary, f.vary.len() > 1) {
+                            label = format!("{label}, {} = {}", spec.vary.as_ref().map_or("vary", |v| v.name.as_str()), num(v));
+                        }
+                        if let (Some(l), true) = (pt.load, f.loads.len() > 1) {
+                            label = format!("{label} @ {}", num(l));
                         }
                         series.push(Series { label, points: x.ccdf.iter().map(|&(l, q)| (l * factor, q)).collect() });
                     }
@@ -393,7 +395,7 @@ fn relative(from: &Path, to: &Path) -> String {
 
 /// Table II rows as claims: the planner's x_p^u(k) and the table's mean
 /// against the paper's numbers.
-pub fn planner_claims(r: &Reproduction, f: &FigurePlan, pl: &PlannerSpec) -> Vec<ClaimResult> {
+pub fn planner_claims(f: &FigurePlan, pl: &PlannerSpec) -> Vec<ClaimResult> {
     let mut out = Vec::new();
     for t in &pl.tables {
         let Some(p) = f.points.iter().find(|p| p.series == t.name) else { continue };
@@ -433,12 +435,10 @@ pub fn planner_claims(r: &Reproduction, f: &FigurePlan, pl: &PlannerSpec) -> Vec
             );
         }
     }
-    let _ = r;
     out
 }
 
-fn planner_table(r: &Reproduction, f: &FigurePlan, pl: &PlannerSpec) -> String {
-    let _ = r;
+fn planner_table(f: &FigurePlan, pl: &PlannerSpec) -> String {
     let mut header = vec!["table".to_string(), "T_m paper".into(), "T_m ours".into()];
     for k in &pl.fanouts {
         header.extend([format!("k={k} paper"), format!("k={k} RUT file"), format!("k={k} planner")]);
