@@ -48,6 +48,26 @@ impl Val {
     }
 }
 
+/// Why a value could not be measured. `missing`: a point the manifest names
+/// was not run (expected in `--quick`, which runs fewer points).
+#[derive(Clone, Debug)]
+pub struct EvalError {
+    pub msg: String,
+    pub missing: bool,
+}
+
+impl From<String> for EvalError {
+    fn from(msg: String) -> Self {
+        EvalError { msg, missing: false }
+    }
+}
+
+impl From<&str> for EvalError {
+    fn from(msg: &str) -> Self {
+        EvalError { msg: msg.to_string(), missing: false }
+    }
+}
+
 /// What a point's data is, resolved.
 pub enum Record<'a> {
     Run(&'a RunRecord),
@@ -204,14 +224,14 @@ impl Fill {
 
 impl Reproduction {
     /// The figure a selector reads (its `figure`, else `ctx`).
-    fn target<'a>(&'a self, ctx: &'a FigurePlan, sel: &Selector) -> Result<&'a FigurePlan, String> {
+    fn target<'a>(&'a self, ctx: &'a FigurePlan, sel: &Selector) -> Result<&'a FigurePlan, EvalError> {
         match &sel.figure {
             None => Ok(ctx),
-            Some(id) => self.figure_plan(id).ok_or_else(|| format!("figure {id:?} was not run (is it filtered out?)")),
+            Some(id) => self.figure_plan(id).ok_or_else(|| EvalError { msg: format!("figure {id:?} was not run"), missing: true }),
         }
     }
 
-    fn select(&self, ctx: &FigurePlan, sel: &Selector, fill: Fill) -> Result<Val, String> {
+    fn select(&self, ctx: &FigurePlan, sel: &Selector, fill: Fill) -> Result<Val, EvalError> {
         let fig = self.target(ctx, sel)?;
         let load = sel.load.or(fill.load);
         let vary = sel.vary.or(fill.vary);
@@ -236,7 +256,7 @@ impl Reproduction {
 
     /// The load at which `metric` first exceeds `threshold`, interpolated
     /// between the two sweep points around it.
-    fn crossing(&self, fig: &FigurePlan, label: &str, vary: Option<f64>, sel: &Selector, threshold: f64) -> Result<Val, String> {
+    fn crossing(&self, fig: &FigurePlan, label: &str, vary: Option<f64>, sel: &Selector, threshold: f64) -> Result<Val, EvalError> {
         let mut pts: Vec<(f64, f64)> = Vec::new();
         for p in &fig.points {
             if p.series != label || !vary_matches(fig, p.vary, vary)? {
@@ -246,7 +266,7 @@ impl Reproduction {
             pts.push((l, metric(&self.record(p), &sel.metric, sel.class.as_deref(), sel.fanout)?));
         }
         if pts.is_empty() {
-            return Err(format!("no sweep points for series {label:?}"));
+            return Err(EvalError { msg: format!("no sweep points for series {label:?}"), missing: true });
         }
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         for i in 0..pts.len() {
@@ -265,15 +285,15 @@ impl Reproduction {
         Ok(Val { v: pts.last().unwrap().0, bound: Some(Bound::Above) })
     }
 
-    fn operand(&self, ctx: &FigurePlan, op: &Operand, fill: Fill) -> Result<Val, String> {
+    fn operand(&self, ctx: &FigurePlan, op: &Operand, fill: Fill) -> Result<Val, EvalError> {
         match op {
             Operand::Sel(s) => self.select(ctx, s, fill),
             Operand::Value(v) => Ok(self.eval_with(ctx, v, fill)?.0),
         }
     }
 
-    fn eval_at(&self, ctx: &FigurePlan, v: &ValueSpec, fill: Fill) -> Result<Val, String> {
-        let two = |pair: &[Operand; 2]| -> Result<(Val, Val), String> {
+    fn eval_at(&self, ctx: &FigurePlan, v: &ValueSpec, fill: Fill) -> Result<Val, EvalError> {
+        let two = |pair: &[Operand; 2]| -> Result<(Val, Val), EvalError> {
             Ok((self.operand(ctx, &pair[0], fill)?, self.operand(ctx, &pair[1], fill)?))
         };
         let combine = |a: Val, b: Val, f: fn(f64, f64) -> f64| {
@@ -286,7 +306,7 @@ impl Reproduction {
             };
             Val { v: f(a.v, b.v), bound }
         };
-        let extreme = |list: &[Operand], how: MinMax| -> Result<Val, String> {
+        let extreme = |list: &[Operand], how: MinMax| -> Result<Val, EvalError> {
             let mut best: Option<Val> = None;
             for op in list {
                 let x = self.operand(ctx, op, fill)?;
@@ -299,7 +319,7 @@ impl Reproduction {
                     best = Some(x);
                 }
             }
-            best.ok_or_else(|| "an empty list".to_string())
+            best.ok_or_else(|| EvalError::from("an empty list"))
         };
         if let Some(s) = &v.of {
             self.select(ctx, s, fill)
@@ -322,11 +342,11 @@ impl Reproduction {
     }
 
     /// A value, and the axis value `agg` picked (if any).
-    pub fn eval(&self, ctx: &FigurePlan, v: &ValueSpec) -> Result<(Val, Option<f64>), String> {
+    pub fn eval(&self, ctx: &FigurePlan, v: &ValueSpec) -> Result<(Val, Option<f64>), EvalError> {
         self.eval_with(ctx, v, Fill::default())
     }
 
-    fn eval_with(&self, ctx: &FigurePlan, v: &ValueSpec, fill: Fill) -> Result<(Val, Option<f64>), String> {
+    fn eval_with(&self, ctx: &FigurePlan, v: &ValueSpec, fill: Fill) -> Result<(Val, Option<f64>), EvalError> {
         let Some(agg) = &v.agg else { return Ok((self.eval_at(ctx, v, fill)?, None)) };
         let first = super::manifest::selectors(v)[0];
         let fig = self.target(ctx, first)?;
@@ -373,7 +393,7 @@ fn vary_matches(fig: &FigurePlan, have: Option<f64>, want: Option<f64>) -> Resul
     }
 }
 
-fn find_point<'a>(fig: &'a FigurePlan, label: &str, vary: Option<f64>, load: Option<f64>) -> Result<&'a Point, String> {
+fn find_point<'a>(fig: &'a FigurePlan, label: &str, vary: Option<f64>, load: Option<f64>) -> Result<&'a Point, EvalError> {
     let mut found = None;
     for p in &fig.points {
         if p.series != label || !vary_matches(fig, p.vary, vary)? {
@@ -383,22 +403,23 @@ fn find_point<'a>(fig: &'a FigurePlan, label: &str, vary: Option<f64>, load: Opt
             (None, _) => true,
             (Some(h), Some(w)) => same(h, w),
             (Some(_), None) if fig.loads.len() <= 1 => true,
-            (Some(_), None) => return Err(format!("the figure has loads {:?}: give `load`", fig.loads)),
+            (Some(_), None) => return Err(format!("the figure has loads {:?}: give `load`", fig.loads).into()),
         };
         if ok {
             found = Some(p);
             break;
         }
     }
-    found.ok_or_else(|| {
-        format!(
+    found.ok_or_else(|| EvalError {
+        missing: true,
+        msg: format!(
             "no point for series {label:?}{}{} (series: {:?}, loads: {:?}, vary: {:?})",
             vary.map_or(String::new(), |v| format!(", vary {v}")),
             load.map_or(String::new(), |l| format!(", load {l}")),
             fig.series,
             fig.loads,
             fig.vary
-        )
+        ),
     })
 }
 
@@ -420,12 +441,15 @@ pub struct ClaimResult {
     pub sentence: String,
     pub ci: bool,
     pub error: Option<String>,
+    /// Not evaluated: `--quick` did not run a point it needs.
+    pub skipped: bool,
 }
 
 impl ClaimResult {
-    /// Passes: the assertion holds (claims without one always pass).
+    /// Passes: the assertion holds (claims without one, and claims skipped
+    /// in `--quick`, always pass).
     pub fn passes(&self) -> bool {
-        self.error.is_none() && self.holds != Some(false)
+        self.skipped || (self.error.is_none() && self.holds != Some(false))
     }
 }
 
@@ -529,13 +553,19 @@ impl Reproduction {
             sentence: String::new(),
             ci: c.ci,
             error: None,
+            skipped: false,
         };
         let (val, at) = match self.eval(ctx, &c.value) {
             Ok(x) => x,
+            Err(e) if e.missing && self.options.quick => {
+                r.skipped = true;
+                r.sentence = "Not run in `--quick` mode.".into();
+                return r;
+            }
             Err(e) => {
-                r.sentence = format!("Not measured: {e}.");
+                r.sentence = format!("Not measured: {}.", e.msg);
                 r.holds = expect.map(|_| false);
-                r.error = Some(e);
+                r.error = Some(e.msg);
                 return r;
             }
         };
@@ -568,7 +598,7 @@ impl Reproduction {
             for (name, spec) in &c.aux {
                 let s = match self.eval(ctx, spec) {
                     Ok((v, _)) => show(v, ""),
-                    Err(e) => format!("(n/a: {e})"),
+                    Err(e) => format!("(n/a: {})", e.msg),
                 };
                 values.insert(name.clone(), s);
             }

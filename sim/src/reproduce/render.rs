@@ -150,6 +150,7 @@ impl Reproduction {
             let _ = writeln!(s, "|---:|---|---|---|---:|---|---|");
             for (n, c) in claims.iter().enumerate() {
                 let check = match (c.expect, c.holds) {
+                    _ if c.skipped => "not run".to_string(),
                     (Some(e), Some(true)) => format!("holds ({e}){}", if c.ci { " **CI**" } else { "" }),
                     (Some(e), _) => format!("**FAILS** ({e}){}", if c.ci { " **CI**" } else { "" }),
                     _ => match c.agrees {
@@ -421,6 +422,7 @@ pub fn planner_claims(f: &FigurePlan, pl: &PlannerSpec) -> Vec<ClaimResult> {
                 sentence: if agrees { "Agrees within ±5%.".into() } else { super::claims::render(cause, &values) },
                 ci: false,
                 error: None,
+                skipped: false,
             });
         };
         row(format!("{}: mean task service time T_m", t.name), t.paper_mean_ms, m["mean_ms"], &pl.mean_cause, &[]);
