@@ -1,5 +1,5 @@
-//! Tailor's vocabulary: time, request context, scheduling policies, latency
-//! distributions, the TailGuard deadline planner and admission control.
+//! Tailor's vocabulary: time, request context and its wire codec, scheduling
+//! policies, latency distributions, the TailGuard deadline planner and admission control.
 //!
 //! Nothing in this crate reads a clock, sleeps or draws hidden random numbers:
 //! time is passed in as [`Nanos`], randomness comes from an [`Rng`] the caller
@@ -14,6 +14,7 @@ pub mod policy;
 pub mod rng;
 pub mod tailguard;
 pub mod time;
+pub mod wire;
 
 pub use context::Context;
 pub use dist::{Cdf, Dist, DistError, DistSpec};
@@ -22,3 +23,4 @@ pub use policy::{AnyPolicy, Job, JobId, Policy, PolicySpec};
 pub use rng::Rng;
 pub use tailguard::{AdmissionController, Deadline, Planner, SloClass, TailModel};
 pub use time::Nanos;
+pub use wire::{Clamped, Decoded, EdgeRoute, WireError, WireStats};

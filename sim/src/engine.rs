@@ -62,6 +62,8 @@ impl Ord for Event {
 }
 
 struct Cpu {
+    /// The task as last applied from `policy.running()`.
+    task: Option<JobId>,
     since: Nanos,
     /// When the running task completes if nothing intervenes (`NEVER` when idle).
     done_at: Nanos,
@@ -69,9 +71,6 @@ struct Cpu {
 
 struct Node {
     policy: AnyPolicy,
-    /// The task on each CPU as last applied: compared with `policy.running()`
-    /// as a whole slice, so an event that changes no assignment costs one compare.
-    assigned: Vec<Option<JobId>>,
     cpus: Vec<Cpu>,
     context_switch: Nanos,
     /// When the policy wants `tick` (`NEVER`: not needed).
@@ -216,8 +215,7 @@ impl<'m> Engine<'m> {
                 let node_seed = Rng::derive(m.seed, STREAM_POLICY + ((si as u64) << 20) + inst as u64).next_u64();
                 nodes.push(Node {
                     policy: s.policy.build_any(s.cores, node_seed).expect("policy validated when the scenario loaded"),
-                    assigned: vec![None; s.cores],
-                    cpus: (0..s.cores).map(|_| Cpu { since: 0, done_at: NEVER }).collect(),
+                    cpus: (0..s.cores).map(|_| Cpu { task: None, since: 0, done_at: NEVER }).collect(),
                     context_switch: s.context_switch,
                     tick_at: NEVER,
                 });
@@ -435,7 +433,7 @@ impl<'m> Engine<'m> {
 
     fn on_complete(&mut self, node: usize, cpu: usize) {
         let n = &mut self.nodes[node];
-        let task = n.assigned[cpu].take().expect("completion on a busy CPU") as u32;
+        let task = n.cpus[cpu].task.take().expect("completion on a busy CPU") as u32;
         n.cpus[cpu].done_at = NEVER;
         n.policy.complete(self.now, task as u64);
         self.sync(node, true);
@@ -501,7 +499,7 @@ impl<'m> Engine<'m> {
         let now = self.now;
         let n = &mut self.nodes[node];
         let c = &mut n.cpus[cpu];
-        if let Some(task) = n.assigned[cpu].map(|id| id as u32) {
+        if let Some(task) = c.task.map(|id| id as u32) {
             // The interrupt steals `d` from the running task: charge what it ran,
             // then push its completion back.
             let t = self.tasks.get_mut(task);
@@ -522,32 +520,29 @@ impl<'m> Engine<'m> {
         let (measure_from, measure_to) = (self.m.warmup, self.m.warmup + self.m.requests);
         let n = &mut self.nodes[node];
         let running = n.policy.running();
-        let changed = running != &n.assigned[..];
-        if changed {
-            let ncpu = n.cpus.len();
-            // Pass 1: tasks leaving a CPU (preempted or migrated) are charged first,
-            // so a task that moves between CPUs is charged before it restarts.
-            for cpu in 0..ncpu {
-                if n.assigned[cpu] != running[cpu] {
-                    let c = &mut n.cpus[cpu];
-                    if let Some(old) = n.assigned[cpu].take() {
-                        let t = self.tasks.get_mut(old as u32);
-                        t.remaining = t.remaining.saturating_sub(now - c.since);
-                        t.preempted = true;
-                        self.stats.preemptions += 1;
-                    }
-                    c.done_at = NEVER;
+        // Pass 1: tasks leaving a CPU (preempted or migrated) are charged first,
+        // so a task that moves between CPUs is charged before it restarts.
+        let mut changed = false;
+        for (c, &want) in n.cpus.iter_mut().zip(running) {
+            if c.task != want {
+                changed = true;
+                if let Some(old) = c.task.take() {
+                    let t = self.tasks.get_mut(old as u32);
+                    t.remaining = t.remaining.saturating_sub(now - c.since);
+                    t.preempted = true;
+                    self.stats.preemptions += 1;
                 }
+                c.done_at = NEVER;
             }
+        }
+        if changed {
             // Pass 2: start what the policy assigned to each CPU that is now empty.
-            for cpu in 0..ncpu {
-                let Some(id) = running[cpu] else { continue };
-                if n.assigned[cpu].is_some() {
+            for (c, &want) in n.cpus.iter_mut().zip(running) {
+                let Some(id) = want else { continue };
+                if c.task.is_some() {
                     continue;
                 }
-                let c = &mut n.cpus[cpu];
-                let task = id as u32;
-                let t = self.tasks.get_mut(task);
+                let t = self.tasks.get_mut(id as u32);
                 if t.preempted {
                     t.remaining += n.context_switch;
                     t.preempted = false;
@@ -564,7 +559,7 @@ impl<'m> Engine<'m> {
                         ac.record_task(now, missed);
                     }
                 }
-                n.assigned[cpu] = Some(id);
+                c.task = Some(id);
                 c.since = now;
                 c.done_at = now + t.remaining;
             }
