@@ -4,3 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace --release --locked 2>&1
+# The Go and Python context codecs pass the same vectors as core
+# (testdata/context). -count=1 because go caches test results and does not
+# notice a change to the vectors, which live outside the Go module.
+(cd sdk/go && go test -count=1 ./... 2>&1)
+python3 -m pytest -q sdk/python 2>&1

@@ -1,6 +1,6 @@
 //! `tailor reproduce`: rerun the seeds' evaluations and regenerate the report.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use tailor_sim::reproduce::{self, Options};
@@ -45,10 +45,10 @@ pub fn main(args: ReproduceArgs) -> Result<(), String> {
     if args.quick {
         command.push_str(" --quick");
     }
-    if args.manifest != PathBuf::from("scenarios/seeds/reproduce.toml") {
+    if args.manifest != Path::new("scenarios/seeds/reproduce.toml") {
         command.push_str(&format!(" --manifest {}", args.manifest.display()));
     }
-    if args.out != PathBuf::from("docs") {
+    if args.out != Path::new("docs") {
         command.push_str(&format!(" --out {}", args.out.display()));
     }
     for o in &args.only {
@@ -73,7 +73,12 @@ pub fn main(args: ReproduceArgs) -> Result<(), String> {
         r.wall_seconds
     );
     for (fig, c) in &failed {
-        println!("  FAILS {fig}: {} — ours {} (expected {})", c.what, c.ours, c.expect.map_or(String::new(), |e| e.to_string()));
+        println!(
+            "  FAILS {fig}: {} — ours {} (expected {})",
+            c.what,
+            c.ours,
+            c.expect.map_or(String::new(), |e| e.to_string())
+        );
     }
     Ok(())
 }

@@ -301,6 +301,10 @@ fn nice_ticks(lo: f64, hi: f64) -> Vec<f64> {
 }
 
 fn trim_num(x: f64) -> String {
+    // Log axes go down to 1e-4 and below (latency CCDFs): "0" would hide them.
+    if x != 0.0 && x.abs() < 0.001 {
+        return format!("{x:e}");
+    }
     let s = if x.abs() >= 100.0 { format!("{x:.0}") } else if x.abs() >= 1.0 { format!("{x:.2}") } else { format!("{x:.3}") };
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_string()

@@ -3,7 +3,7 @@
 //! Baggage is what OpenTelemetry-instrumented services already forward, so a
 //! context in it crosses services that know nothing of Tailor. The header is
 //! shared with other members, so reading never touches them and writing
-//! replaces only ours. Grammar (W3C Baggage, §3.3.1):
+//! replaces only ours. Grammar (W3C Baggage, "Definition"):
 //! `list-member *( OWS "," OWS list-member )`, each `key OWS "=" OWS value
 //! *( OWS ";" OWS property )`, OWS = spaces and tabs.
 
@@ -16,8 +16,8 @@ pub const HEADER: &str = "baggage";
 /// Our list-member's key.
 pub const KEY: &str = "tailor";
 
-/// The longest `baggage` value read, in bytes: the W3C limit on a whole
-/// baggage-string. Longer ones are rejected (`too_long`) without being scanned.
+/// The longest `baggage` read, in bytes: the size W3C Baggage requires every
+/// platform to propagate. Longer is rejected (`too_long`) without being scanned.
 pub const MAX_LEN: usize = 8192;
 
 const fn is_ows(b: u8) -> bool {
@@ -42,12 +42,13 @@ fn trim_ows(mut s: &[u8]) -> &[u8] {
 
 /// Whether a list-member (already trimmed) is ours; if so, its raw value
 /// (properties and surrounding OWS removed, still percent-encoded).
+///
+/// A member's key is what precedes its first `=`, so it is ours exactly when
+/// it starts with `tailor`, then OWS, then `=`: other members are told apart
+/// by their first bytes, without a scan.
 fn our_value(member: &[u8]) -> Option<&[u8]> {
-    let eq = member.iter().position(|&b| b == b'=')?;
-    if trim_ows(&member[..eq]) != KEY.as_bytes() {
-        return None;
-    }
-    let value = &member[eq + 1..];
+    let rest = member.strip_prefix(KEY.as_bytes())?;
+    let value = trim_ows(rest).strip_prefix(b"=")?;
     let value = match value.iter().position(|&b| b == b';') {
         Some(semi) => &value[..semi],
         None => value,
@@ -96,11 +97,14 @@ fn hex(b: u8) -> Option<u8> {
     (b as char).to_digit(16).map(|d| d as u8)
 }
 
-/// Percent-decodes a member value (W3C Baggage §3.3.1.3: receivers decode; a
+/// Percent-decodes a member value (W3C Baggage, "value": receivers decode; a
 /// sender may encode any byte). A `%` not followed by two hex digits stays
 /// literal, and then fails the codec as `invalid_char`. More than
 /// [`codec::MAX_LEN`] decoded bytes is `too_long`.
 pub(crate) fn percent_decode(raw: &[u8]) -> Result<Value, WireError> {
+    if !raw.contains(&b'%') {
+        return Value::copy(raw); // what Tailor itself writes: nothing to decode
+    }
     let mut out = Value { len: 0, buf: [0; VALUE_MAX_LEN] };
     let mut i = 0;
     while i < raw.len() {
@@ -141,12 +145,23 @@ pub fn decode(header: impl AsRef<[u8]>) -> Result<Option<Decoded>, WireError> {
     }
 }
 
-/// Every list-member of `header` but ours, trimmed, in order.
-fn others(header: &str) -> impl Iterator<Item = &str> {
+/// `s` without surrounding OWS.
+fn trim_ows_str(s: &str) -> &str {
+    let b = s.as_bytes();
+    let start = b.iter().position(|&c| !is_ows(c)).unwrap_or(b.len());
+    let end = b.iter().rposition(|&c| !is_ows(c)).map_or(start, |e| e + 1);
+    // Both ends are next to ASCII bytes, so they are char boundaries.
+    &s[start..end]
+}
+
+/// The list-members of `header`, trimmed, empty ones skipped, each with
+/// whether it is ours.
+fn members(header: &str) -> impl Iterator<Item = (&str, bool)> {
     header
         .split(',')
-        .map(|m| m.trim_matches([' ', '\t']))
-        .filter(|m| !m.is_empty() && our_value(m.as_bytes()).is_none())
+        .map(trim_ows_str)
+        .filter(|m| !m.is_empty())
+        .map(|m| (m, our_value(m.as_bytes()).is_some()))
 }
 
 /// `header` (the outgoing request's `baggage`, if any) with our member set to
@@ -159,11 +174,7 @@ pub fn with(header: Option<&str>, value: &str) -> String {
     let header = header.unwrap_or("");
     let mut out = String::with_capacity(header.len() + KEY.len() + 1 + value.len());
     let mut placed = false;
-    for member in header.split(',').map(|m| m.trim_matches([' ', '\t'])) {
-        if member.is_empty() {
-            continue;
-        }
-        let ours = our_value(member.as_bytes()).is_some();
+    for (member, ours) in members(header) {
         if ours && placed {
             continue;
         }
@@ -196,7 +207,7 @@ fn push_member(out: &mut String, value: &str) {
 /// incoming context. `None` when no other member is left (drop the header).
 pub fn without(header: &str) -> Option<String> {
     let mut out = String::with_capacity(header.len());
-    for member in others(header) {
+    for (member, _) in members(header).filter(|(_, ours)| !ours) {
         if !out.is_empty() {
             out.push(',');
         }

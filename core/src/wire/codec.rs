@@ -11,7 +11,7 @@ use std::fmt;
 use super::mac::{self, Key, KeyId, Keyring, Tag};
 use super::WireError;
 use crate::context::Context;
-use crate::time::{Nanos, NEVER};
+use crate::time::NEVER;
 
 /// The version this codec writes and the only one it reads.
 pub const VERSION: u8 = 1;
@@ -28,8 +28,20 @@ pub const MAX_LEN: usize = 128;
 /// `%3D`), and all of them are W3C baggage octets and valid in HTTP header
 /// values and gRPC ASCII metadata, so the value is byte-identical in every carrier.
 pub const fn is_value_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+    VALUE_BYTES[b as usize]
 }
+
+/// [`is_value_byte`] as a table: one load per byte.
+const VALUE_BYTES: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~');
+        b += 1;
+    }
+    t
+};
 
 // === Fields ===
 
@@ -68,6 +80,14 @@ const REQUIRED: u8 = Field::Gat.bit() | Field::Class.bit() | Field::Fanout.bit()
 
 // === impl Encoded ===
 
+/// "00" "01" … "99": decimal digits two at a time.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
 /// An encoded context, held inline (no allocation). Derefs to `str`.
 #[derive(Clone, Copy)]
 pub struct Encoded {
@@ -86,6 +106,12 @@ impl Encoded {
         std::str::from_utf8(self.as_bytes()).expect("an encoding is ASCII")
     }
 
+    /// Length in bytes.
+    #[allow(clippy::len_without_is_empty)] // never empty
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
     /// The encoding as bytes, e.g. for an HTTP header value.
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len as usize]
@@ -98,20 +124,26 @@ impl Encoded {
         self.len += bytes.len() as u8;
     }
 
+    /// Appends `.<key><n>`, writing the digits in place, two at a time.
     fn push_field(&mut self, key: u8, n: u64) {
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        let mut n = n;
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
+        let at = self.len as usize;
+        let end = at + 2 + n.checked_ilog10().map_or(1, |d| d as usize + 1);
+        self.buf[at] = b'.';
+        self.buf[at + 1] = key;
+        let (mut n, mut i) = (n, end);
+        while n >= 100 {
+            let pair = 2 * (n % 100) as usize;
+            n /= 100;
+            i -= 2;
+            self.buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
         }
-        self.push(&[b'.', key]);
-        self.push(&digits[i..]);
+        if n >= 10 {
+            let pair = 2 * n as usize;
+            self.buf[i - 2..i].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+        } else {
+            self.buf[i - 1] = b'0' + n as u8;
+        }
+        self.len = end as u8;
     }
 }
 
@@ -282,9 +314,15 @@ fn decode_bytes(input: &[u8]) -> Result<Decoded, WireError> {
     if input.is_empty() {
         return Err(WireError::Malformed);
     }
-    if !input.iter().all(|&b| is_value_byte(b)) {
-        return Err(WireError::InvalidChar);
-    }
+    // Every byte an accepted value consists of (digits, `.`, keys, key id and
+    // tag characters) is a value byte, so the happy path needs no separate
+    // scan; only a rejection looks for the bad byte that outranks its reason.
+    parse(input).map_err(|e| if input.iter().all(|&b| is_value_byte(b)) { e } else { WireError::InvalidChar })
+}
+
+/// [`decode_bytes`] after the length checks, except that an invalid byte may
+/// be reported as whatever rule it breaks first.
+fn parse(input: &[u8]) -> Result<Decoded, WireError> {
     let (version, fields) = match input.iter().position(|&b| b == b'.') {
         Some(dot) => (&input[..dot], Some(&input[dot + 1..])),
         None => (input, None),
@@ -301,8 +339,13 @@ fn decode_bytes(input: &[u8]) -> Result<Decoded, WireError> {
     let mut key_id = None;
     let mut tag = None;
     let mut seen = 0u8;
-    for field in fields.split(|&b| b == b'.') {
-        let (&key, value) = field.split_first().ok_or(WireError::Malformed)?;
+    // One pass: `at` is the start of a field (its key); a field ends at the next `.`.
+    let mut at = 0;
+    loop {
+        let &key = fields.get(at).ok_or(WireError::Malformed)?;
+        if key == b'.' {
+            return Err(WireError::Malformed);
+        }
         let f = Field::from_key(key).ok_or(WireError::UnknownField)?;
         if seen & f.bit() != 0 {
             return Err(WireError::DuplicateField);
@@ -312,16 +355,30 @@ fn decode_bytes(input: &[u8]) -> Result<Decoded, WireError> {
             return Err(WireError::OutOfOrder);
         }
         seen |= f.bit();
-        match f {
-            Field::Gat => ctx.gat = number(value, u64::MAX)?,
+        let rest = &fields[at + 1..];
+        let len = match f {
+            Field::Gat => number(rest, u64::MAX, &mut ctx.gat)?,
             // NEVER is written by omission, so it cannot also be written out.
-            Field::Deadline => ctx.deadline = number(value, NEVER - 1)?,
-            Field::Class => ctx.class = number(value, u8::MAX.into())? as u8,
-            Field::Fanout => ctx.fanout = number(value, u32::MAX.into())? as u32,
-            Field::Hop => ctx.hop = number(value, u8::MAX.into())? as u8,
-            Field::KeyId => key_id = Some(KeyId::parse(value).ok_or(WireError::Malformed)?),
-            Field::Tag => tag = Some(mac::tag_from_base64url(value).ok_or(WireError::Malformed)?),
+            Field::Deadline => number(rest, NEVER - 1, &mut ctx.deadline)?,
+            Field::Class => small(rest, u8::MAX.into(), |n| ctx.class = n as u8)?,
+            Field::Fanout => small(rest, u32::MAX.into(), |n| ctx.fanout = n as u32)?,
+            Field::Hop => small(rest, u8::MAX.into(), |n| ctx.hop = n as u8)?,
+            Field::KeyId | Field::Tag => {
+                let len = rest.iter().position(|&b| b == b'.').unwrap_or(rest.len());
+                let value = &rest[..len];
+                if f == Field::KeyId {
+                    key_id = Some(KeyId::parse(value).ok_or(WireError::Malformed)?);
+                } else {
+                    tag = Some(mac::tag_from_base64url(value).ok_or(WireError::Malformed)?);
+                }
+                len
+            }
+        };
+        at += 1 + len;
+        if at == fields.len() {
+            break;
         }
+        at += 1; // the `.` (numbers stop only at `.` or the end)
     }
     if seen & REQUIRED != REQUIRED {
         return Err(WireError::MissingField);
@@ -344,20 +401,43 @@ fn is_canonical_decimal(s: &[u8]) -> bool {
     }
 }
 
-/// A canonical decimal no greater than `max`.
-fn number(s: &[u8], max: Nanos) -> Result<Nanos, WireError> {
-    if !is_canonical_decimal(s) {
+/// Parses the canonical decimal at the start of `s`, which runs to the next
+/// `.` or the end, into `out` if it is at most `max`; returns its length.
+/// Syntax is checked before range: `99…9x` is `invalid_number`, not `out_of_range`.
+fn number(s: &[u8], max: u64, out: &mut u64) -> Result<usize, WireError> {
+    // One loop scans and accumulates (wrapping): 19 digits always fit in a
+    // u64, so only a longer number is summed again, checked.
+    let mut n: u64 = 0;
+    let mut len = 0;
+    while let Some(&b) = s.get(len) {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        n = n.wrapping_mul(10).wrapping_add(u64::from(d));
+        len += 1;
+    }
+    let ends_field = len == s.len() || s[len] == b'.';
+    if len == 0 || !ends_field || (s[0] == b'0' && len > 1) {
         return Err(WireError::InvalidNumber);
     }
-    let mut n: u64 = 0;
-    for &d in s {
-        n = n
-            .checked_mul(10)
-            .and_then(|n| n.checked_add(u64::from(d - b'0')))
+    if len > 19 {
+        n = s[..len]
+            .iter()
+            .try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
             .ok_or(WireError::OutOfRange)?;
     }
     if n > max {
         return Err(WireError::OutOfRange);
     }
-    Ok(n)
+    *out = n;
+    Ok(len)
+}
+
+/// [`number`] for the narrow fields.
+fn small(s: &[u8], max: u64, set: impl FnOnce(u64)) -> Result<usize, WireError> {
+    let mut n = 0;
+    let len = number(s, max, &mut n)?;
+    set(n);
+    Ok(len)
 }

@@ -14,9 +14,11 @@
 #[non_exhaustive]
 pub enum WireError {
     /// A context value is at most [`MAX_LEN`](super::MAX_LEN) (128) bytes, after
-    /// percent-decoding when it came from `baggage`; a `baggage` header is at
-    /// most [`baggage::MAX_LEN`](super::baggage::MAX_LEN) (8192) bytes, the W3C
-    /// limit; a `grpc-timeout` is at most 8 digits and a unit.
+    /// percent-decoding when it came from `baggage`; a request's `baggage`
+    /// (all its headers together) is at most
+    /// [`baggage::MAX_LEN`](super::baggage::MAX_LEN) (8192) bytes, what W3C
+    /// Baggage requires every platform to propagate; a `grpc-timeout` is at
+    /// most 8 digits and a unit.
     #[error("too long: a context is at most 128 bytes, a baggage header at most 8192, a grpc-timeout at most 8 digits and a unit")]
     TooLong,
     /// Every byte of a context is an RFC 3986 unreserved character:

@@ -109,7 +109,9 @@ pub fn metric(rec: &Record, name: &str, class: Option<&str>, fanout: Option<u32>
                 Some(k) => format!("{name}@{k}"),
                 None => name.to_string(),
             };
-            m.get(&key).copied().ok_or_else(|| format!("no metric {key:?} here; have {:?}", m.keys().collect::<Vec<_>>()))
+            m.get(&key)
+                .copied()
+                .ok_or_else(|| format!("no metric {key:?} here; have {:?}", m.keys().collect::<Vec<_>>()))
         }
         Record::Search(s) => match name {
             "max_util" => Ok(s.max_util),
@@ -131,7 +133,13 @@ pub fn metric(rec: &Record, name: &str, class: Option<&str>, fanout: Option<u32>
 
 fn run_metric(r: &RunRecord, name: &str, class: Option<&str>, fanout: Option<u32>) -> Result<f64, String> {
     let s = &r.summary;
-    let unknown = || format!("unknown metric {name:?}{}{}", class.map_or(String::new(), |c| format!(" for class {c:?}")), fanout.map_or(String::new(), |k| format!(" for fanout {k}")));
+    let unknown = || {
+        format!(
+            "unknown metric {name:?}{}{}",
+            class.map_or(String::new(), |c| format!(" for class {c:?}")),
+            fanout.map_or(String::new(), |k| format!(" for fanout {k}"))
+        )
+    };
     match (class, fanout) {
         (Some(c), Some(k)) => {
             let g = s
@@ -227,7 +235,9 @@ impl Reproduction {
     fn target<'a>(&'a self, ctx: &'a FigurePlan, sel: &Selector) -> Result<&'a FigurePlan, EvalError> {
         match &sel.figure {
             None => Ok(ctx),
-            Some(id) => self.figure_plan(id).ok_or_else(|| EvalError { msg: format!("figure {id:?} was not run"), missing: true }),
+            Some(id) => self
+                .figure_plan(id)
+                .ok_or_else(|| EvalError { msg: format!("figure {id:?} was not run"), missing: true }),
         }
     }
 
@@ -256,7 +266,14 @@ impl Reproduction {
 
     /// The load at which `metric` first exceeds `threshold`, interpolated
     /// between the two sweep points around it.
-    fn crossing(&self, fig: &FigurePlan, label: &str, vary: Option<f64>, sel: &Selector, threshold: f64) -> Result<Val, EvalError> {
+    fn crossing(
+        &self,
+        fig: &FigurePlan,
+        label: &str,
+        vary: Option<f64>,
+        sel: &Selector,
+        threshold: f64,
+    ) -> Result<Val, EvalError> {
         let mut pts: Vec<(f64, f64)> = Vec::new();
         for p in &fig.points {
             if p.series != label || !vary_matches(fig, p.vary, vary)? {
@@ -359,7 +376,9 @@ impl Reproduction {
             let fill = fill.with(agg.over, x);
             if let Some(w) = &agg.filter {
                 let c = self.select(ctx, &w.of, fill)?.v;
-                if w.le.is_some_and(|le| !(c <= le)) || w.ge.is_some_and(|ge| !(c >= ge)) {
+                // A NaN never passes.
+                let passes = w.le.is_none_or(|le| c <= le) && w.ge.is_none_or(|ge| c >= ge) && !c.is_nan();
+                if !passes {
                     continue;
                 }
             }
@@ -393,7 +412,12 @@ fn vary_matches(fig: &FigurePlan, have: Option<f64>, want: Option<f64>) -> Resul
     }
 }
 
-fn find_point<'a>(fig: &'a FigurePlan, label: &str, vary: Option<f64>, load: Option<f64>) -> Result<&'a Point, EvalError> {
+fn find_point<'a>(
+    fig: &'a FigurePlan,
+    label: &str,
+    vary: Option<f64>,
+    load: Option<f64>,
+) -> Result<&'a Point, EvalError> {
     let mut found = None;
     for p in &fig.points {
         if p.series != label || !vary_matches(fig, p.vary, vary)? {
@@ -486,6 +510,7 @@ pub fn with_unit(x: f64, unit: &str) -> String {
         }
         "%" => format!("{}%", num(x)),
         "×" => format!("{x:.2}×"),
+        "int" => format!("{x:.0}"),
         "util" => format!("{:.1}%", 100.0 * x),
         "ms" => format!("{} ms", num(x)),
         "µs" => format!("{} µs", num(x)),
@@ -584,17 +609,12 @@ impl Reproduction {
             }
         }
         let differs = r.agrees == Some(false) || r.holds == Some(false) || (r.agrees.is_none() && c.paper.is_some());
-        r.sentence = if !differs {
-            match r.agrees {
-                Some(true) => format!("Agrees within ±{:.0}%.", 100.0 * tolerance),
-                _ => "Holds, as in the paper.".into(),
-            }
-        } else {
-            let mut values = BTreeMap::new();
-            values.insert("ours".to_string(), show(val, &c.unit));
-            values.insert("paper".to_string(), c.paper.map_or(r.paper.clone(), |p| with_unit(p, &c.unit)));
-            values.insert("ratio".to_string(), r.ratio.map_or("n/a".into(), |x| format!("{x:.2}×")));
-            values.insert("at".to_string(), at.map_or("n/a".into(), num));
+        let mut values = BTreeMap::new();
+        values.insert("ours".to_string(), show(val, &c.unit));
+        values.insert("paper".to_string(), c.paper.map_or(r.paper.clone(), |p| with_unit(p, &c.unit)));
+        values.insert("ratio".to_string(), r.ratio.map_or("n/a".into(), |x| format!("{x:.2}×")));
+        values.insert("at".to_string(), at.map_or("n/a".into(), num));
+        if differs || c.note.is_some() {
             for (name, spec) in &c.aux {
                 let s = match self.eval(ctx, spec) {
                     Ok((v, _)) => show(v, ""),
@@ -602,8 +622,18 @@ impl Reproduction {
                 };
                 values.insert(name.clone(), s);
             }
+        }
+        r.sentence = if !differs {
+            match r.agrees {
+                Some(true) => format!("Agrees within ±{:.0}%.", 100.0 * tolerance),
+                _ => "Holds.".into(),
+            }
+        } else {
             render(&c.cause, &values)
         };
+        if let Some(note) = &c.note {
+            r.sentence = format!("{} {}", r.sentence, render(note, &values));
+        }
         r
     }
 }

@@ -184,7 +184,8 @@ pub(crate) struct Plan {
 /// claims refer to.
 fn selected(lm: &LoadedManifest, only: &[String]) -> Vec<bool> {
     let figs = &lm.manifest.figures;
-    let mut keep: Vec<bool> = figs.iter().map(|f| only.is_empty() || only.iter().any(|o| f.id.starts_with(o.as_str()))).collect();
+    let mut keep: Vec<bool> =
+        figs.iter().map(|f| only.is_empty() || only.iter().any(|o| f.id.starts_with(o.as_str()))).collect();
     loop {
         let mut changed = false;
         for i in 0..figs.len() {
@@ -272,7 +273,8 @@ fn plan_figure(
     // Parse the unpatched file too: its errors read best against the file itself.
     let plain = Scenario::from_toml(&text, &path).map_err(|e| vec![format!("{at}: {e}")])?;
     let kind = fig.kind.unwrap_or(if plain.scenario.search.is_some() { FigureKind::Search } else { FigureKind::Sweep });
-    let series: Vec<SeriesSpec> = if fig.series.is_empty() { default_series(&plain.scenario, kind) } else { fig.series.clone() };
+    let series: Vec<SeriesSpec> =
+        if fig.series.is_empty() { default_series(&plain.scenario, kind) } else { fig.series.clone() };
     let all_vary: Vec<Option<f64>> = match &fig.vary {
         None => vec![None],
         Some(v) => match (&fig.quick_vary, opts.quick) {
@@ -302,7 +304,9 @@ fn plan_figure(
             let mut ov = Overrides { policy: s.policy.clone(), seed: opts.seed, ..Default::default() };
             if opts.quick {
                 let q = &lm.manifest.quick;
-                ov.requests = Some(((sc.requests as f64 * q.requests_factor).round() as u64).max(q.min_requests).min(sc.requests));
+                ov.requests = Some(
+                    ((sc.requests as f64 * q.requests_factor).round() as u64).max(q.min_requests).min(sc.requests),
+                );
                 ov.warmup = Some((sc.warmup as f64 * q.requests_factor).round() as u64);
                 if let Some(search) = &mut sc.search {
                     search.tolerance *= q.tolerance_factor;
@@ -317,8 +321,15 @@ fn plan_figure(
             }
             let (axis, loads) = sweep_loads(sc);
             load_axis = load_axis.or(axis);
-            let loads: Vec<Option<f64>> = match (opts.quick, &fig.quick_loads) {
-                (true, Some(q)) => q.iter().map(|&x| Some(x)).collect(),
+            if let Some(only) = &fig.loads {
+                if let Some(x) = only.iter().find(|x| !loads.contains(x)) {
+                    problems.push(format!("{sat}: loads has {x}, which is not in the scenario's [sweep] ({loads:?})"));
+                    continue;
+                }
+            }
+            let loads: Vec<Option<f64>> = match (opts.quick, &fig.quick_loads, &fig.loads) {
+                (true, Some(q), _) => q.iter().map(|&x| Some(x)).collect(),
+                (_, _, Some(l)) => l.iter().map(|&x| Some(x)).collect(),
                 _ if loads.is_empty() => vec![None],
                 _ => loads.into_iter().map(Some).collect(),
             };
@@ -334,7 +345,12 @@ fn plan_figure(
                         let ov = Overrides { load: to_override(l), ..ov.clone() };
                         let label = format!("{label}{}", l.map_or(String::new(), |l| format!(" load {l}")));
                         match add_job(jobs, by_key, JobKind::Run, loaded.clone(), ov, label) {
-                            Ok(j) => points.push(Point { series: s.label.clone(), vary: v, load: l, data: PointData::Job(j) }),
+                            Ok(j) => points.push(Point {
+                                series: s.label.clone(),
+                                vary: v,
+                                load: l,
+                                data: PointData::Job(j),
+                            }),
                             Err(e) => problems.push(format!("{sat}: {e}")),
                         }
                         if let Some(l) = l {
@@ -350,12 +366,17 @@ fn plan_figure(
                         continue;
                     }
                     match add_job(jobs, by_key, JobKind::Search, loaded.clone(), ov, label) {
-                        Ok(j) => points.push(Point { series: s.label.clone(), vary: v, load: None, data: PointData::Job(j) }),
+                        Ok(j) => {
+                            points.push(Point { series: s.label.clone(), vary: v, load: None, data: PointData::Job(j) })
+                        }
                         Err(e) => problems.push(format!("{sat}: {e}")),
                     }
                 }
                 FigureKind::Admission => {
-                    if loaded.scenario.search.is_none() || loaded.scenario.admission.is_none() || axis != Some(LoadAxis::Utilization) {
+                    if loaded.scenario.search.is_none()
+                        || loaded.scenario.admission.is_none()
+                        || axis != Some(LoadAxis::Utilization)
+                    {
                         problems.push(format!(
                             "{sat}: an admission figure needs [search] (the calibration), [admission] (its window) and a [sweep] over utilization"
                         ));
@@ -365,7 +386,12 @@ fn plan_figure(
                     let n = us.len();
                     match add_job(jobs, by_key, JobKind::Admission { loads: us.clone() }, loaded.clone(), ov, label) {
                         Ok(j) => {
-                            points.push(Point { series: "calibration".into(), vary: v, load: None, data: PointData::Job(j) });
+                            points.push(Point {
+                                series: "calibration".into(),
+                                vary: v,
+                                load: None,
+                                data: PointData::Job(j),
+                            });
                             for (i, &u) in us.iter().enumerate().take(n) {
                                 points.push(Point {
                                     series: s.label.clone(),
@@ -408,7 +434,9 @@ fn plan_figure(
 /// the scenario's own policies.
 fn default_series(sc: &Scenario, kind: FigureKind) -> Vec<SeriesSpec> {
     let policies: Vec<PolicySpec> = match kind {
-        FigureKind::Search | FigureKind::Admission => sc.search.as_ref().map(|s| s.policies.clone()).unwrap_or_default(),
+        FigureKind::Search | FigureKind::Admission => {
+            sc.search.as_ref().map(|s| s.policies.clone()).unwrap_or_default()
+        }
         _ => sc.sweep.as_ref().map(|s| s.policies.clone()).unwrap_or_default(),
     };
     if policies.is_empty() {
@@ -423,7 +451,13 @@ fn default_series(sc: &Scenario, kind: FigureKind) -> Vec<SeriesSpec> {
 }
 
 /// The scenario with the figure's and the series' patches and the vary value applied.
-fn patched(base: &toml::Table, path: &Path, fig: &FigureSpec, s: &SeriesSpec, v: Option<f64>) -> Result<LoadedScenario, String> {
+fn patched(
+    base: &toml::Table,
+    path: &Path,
+    fig: &FigureSpec,
+    s: &SeriesSpec,
+    v: Option<f64>,
+) -> Result<LoadedScenario, String> {
     let mut t = base.clone();
     for (k, val) in fig.set.iter().chain(s.set.iter()) {
         patch::set(&mut t, k, val.clone())?;
@@ -436,12 +470,17 @@ fn patched(base: &toml::Table, path: &Path, fig: &FigureSpec, s: &SeriesSpec, v:
             patch::set_number(&mut t, p, x * factor)?;
         }
     }
-    let scenario: Scenario = toml::Value::Table(t).try_into().map_err(|e: toml::de::Error| format!("after patching: {}", e.message()))?;
+    let scenario: Scenario =
+        toml::Value::Table(t).try_into().map_err(|e: toml::de::Error| format!("after patching: {}", e.message()))?;
     let problems = scenario.problems();
     if !problems.is_empty() {
         return Err(format!("after patching: {}", problems.join("; ")));
     }
-    Ok(LoadedScenario { scenario, path: path.to_owned(), base_dir: path.parent().map(Path::to_path_buf).unwrap_or_default() })
+    Ok(LoadedScenario {
+        scenario,
+        path: path.to_owned(),
+        base_dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+    })
 }
 
 fn sweep_loads(sc: &Scenario) -> (Option<LoadAxis>, Vec<f64>) {
@@ -492,7 +531,9 @@ fn run_cost(m: &Model) -> f64 {
         .zip(&visits)
         .map(|(s, v)| {
             let slice_ns = match s.policy {
-                PolicySpec::Orf { slice_us, .. } | PolicySpec::Rr { slice_us } | PolicySpec::Ps { slice_us } => slice_us * 1e3,
+                PolicySpec::Orf { slice_us, .. } | PolicySpec::Rr { slice_us } | PolicySpec::Ps { slice_us } => {
+                    slice_us * 1e3
+                }
                 _ => f64::INFINITY,
             };
             v * (2.0 + (s.service_time.mean_ns() / slice_ns).min(1e5) * m.utilization.min(1.0))
@@ -503,7 +544,11 @@ fn run_cost(m: &Model) -> f64 {
 
 /// Runs every job on `threads` threads, longest first; `progress` sees each
 /// job as it finishes (done, total, label, seconds).
-pub(crate) fn execute(jobs: &[Job], threads: usize, progress: &(dyn Fn(usize, usize, &str, f64) + Sync)) -> Result<Vec<Outcome>, String> {
+pub(crate) fn execute(
+    jobs: &[Job],
+    threads: usize,
+    progress: &(dyn Fn(usize, usize, &str, f64) + Sync),
+) -> Result<Vec<Outcome>, String> {
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by(|&a, &b| jobs[b].cost.total_cmp(&jobs[a].cost));
     let done = AtomicUsize::new(0);
@@ -602,7 +647,8 @@ pub fn run_record(model: &Model) -> RunRecord {
 
     let cpus: usize = model.services.iter().map(|s| s.cores * s.instances).sum();
     let cs = model.services.iter().map(|s| s.context_switch).max().unwrap_or(0);
-    let switch_cpu_pct = 100.0 * stats.preemptions as f64 * cs as f64 / (stats.end_time.max(1) as f64 * cpus.max(1) as f64);
+    let switch_cpu_pct =
+        100.0 * stats.preemptions as f64 * cs as f64 / (stats.end_time.max(1) as f64 * cpus.max(1) as f64);
 
     let mut sorted = rec.latency.clone();
     sorted.sort_unstable();

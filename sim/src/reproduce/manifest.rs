@@ -119,7 +119,10 @@ pub struct FigureSpec {
     /// A parameter the figure varies besides the load.
     #[serde(default)]
     pub vary: Option<VarySpec>,
-    /// Loads (of the scenario's `[sweep]` axis) to run in `--quick`.
+    /// Run only these loads of the scenario's `[sweep]` axis (default: all).
+    #[serde(default)]
+    pub loads: Option<Vec<f64>>,
+    /// Loads to run in `--quick` (default: `loads`, or all).
     #[serde(default)]
     pub quick_loads: Option<Vec<f64>>,
     /// Vary values to run in `--quick`.
@@ -271,7 +274,11 @@ pub struct ClaimSpec {
     /// are replaced by measured values. State the measured cause, or label a
     /// hypothesis as one.
     pub cause: String,
-    /// Extra measured values for `cause`.
+    /// A sentence shown whatever the outcome (after the verdict), with the
+    /// same placeholders: e.g. why a match may be a coincidence.
+    #[serde(default)]
+    pub note: Option<String>,
+    /// Extra measured values for `cause` and `note`.
     #[serde(default)]
     pub aux: BTreeMap<String, ValueSpec>,
 }
@@ -495,7 +502,8 @@ pub struct LoadedManifest {
 
 impl Manifest {
     pub fn load(path: &Path) -> Result<LoadedManifest, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Io { file: path.to_owned(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ManifestError::Io { file: path.to_owned(), source })?;
         Self::from_toml(&text, path)
     }
 
@@ -517,7 +525,7 @@ impl Manifest {
         if !(q.requests_factor > 0.0 && q.requests_factor <= 1.0) {
             p.push(format!("[quick] requests_factor = {}: must be in (0, 1]", q.requests_factor));
         }
-        if !(q.tolerance_factor >= 1.0) {
+        if q.tolerance_factor.is_nan() || q.tolerance_factor < 1.0 {
             p.push(format!("[quick] tolerance_factor = {}: must be ≥ 1", q.tolerance_factor));
         }
         let mut paper_ids = std::collections::HashSet::new();
@@ -548,7 +556,12 @@ impl Manifest {
                     if let Some(pl) = &f.planner {
                         for t in &pl.tables {
                             if t.paper_ms.len() != pl.fanouts.len() {
-                                p.push(format!("{at}: table {:?} has {} paper values for {} fanouts", t.name, t.paper_ms.len(), pl.fanouts.len()));
+                                p.push(format!(
+                                    "{at}: table {:?} has {} paper values for {} fanouts",
+                                    t.name,
+                                    t.paper_ms.len(),
+                                    pl.fanouts.len()
+                                ));
                             }
                         }
                         if !(pl.percentile > 0.0 && pl.percentile < 100.0) {
@@ -557,13 +570,23 @@ impl Manifest {
                     }
                 }
                 Some(FigureKind::Claims) => {
-                    if f.scenario.is_some() || f.planner.is_some() || !f.plots.is_empty() || f.vary.is_some() || !f.series.is_empty() {
-                        p.push(format!("{at}: kind = \"claims\" has only claims (no scenario, planner, plots, vary or series)"));
+                    if f.scenario.is_some()
+                        || f.planner.is_some()
+                        || !f.plots.is_empty()
+                        || f.vary.is_some()
+                        || !f.series.is_empty()
+                    {
+                        p.push(format!(
+                            "{at}: kind = \"claims\" has only claims (no scenario, planner, plots, vary or series)"
+                        ));
                     }
                     for c in &f.claims {
                         let sels = selectors(&c.value).into_iter().chain(c.aux.values().flat_map(selectors));
                         if sels.into_iter().any(|s| s.figure.is_none()) {
-                            p.push(format!("{at}, claim {:?}: in a claims-only figure every selector names its `figure`", c.what));
+                            p.push(format!(
+                                "{at}, claim {:?}: in a claims-only figure every selector names its `figure`",
+                                c.what
+                            ));
                         }
                     }
                 }
@@ -638,9 +661,13 @@ impl Manifest {
                 for (name, v) in &c.aux {
                     check_value(v, &format!("{at}, aux {name:?}"), &mut p);
                 }
-                for name in placeholders(&c.cause) {
+                for name in
+                    placeholders(&c.cause).into_iter().chain(c.note.as_deref().map(placeholders).unwrap_or_default())
+                {
                     if !matches!(name.as_str(), "ours" | "paper" | "ratio" | "at") && !c.aux.contains_key(&name) {
-                        p.push(format!("{at}: cause uses {{{name}}}, which is neither ours/paper/ratio/at nor an `aux` name"));
+                        p.push(format!(
+                            "{at}: cause uses {{{name}}}, which is neither ours/paper/ratio/at nor an `aux` name"
+                        ));
                     }
                 }
                 for sel in selectors(&c.value).into_iter().chain(c.aux.values().flat_map(selectors)) {
@@ -738,7 +765,9 @@ pub fn parse_column(s: &str) -> Result<Column, String> {
     for part in filters.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         match part.split_once('=') {
             Some(("class", v)) => col.class = Some(v.trim().to_string()),
-            Some(("fanout", v)) => col.fanout = Some(v.trim().parse().map_err(|_| format!("fanout {v:?} is not a number"))?),
+            Some(("fanout", v)) => {
+                col.fanout = Some(v.trim().parse().map_err(|_| format!("fanout {v:?} is not a number"))?)
+            }
             _ => return Err(format!("{part:?}: use class=NAME or fanout=K")),
         }
     }

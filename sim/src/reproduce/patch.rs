@@ -54,7 +54,8 @@ fn set_in_value(v: &mut Value, parts: &[&str], value: &Value, path: &str, hits: 
                 }
                 Ok(())
             } else {
-                let i: usize = head.parse().map_err(|_| format!("{path:?}: {head:?} indexes an array; use a number or `*`"))?;
+                let i: usize =
+                    head.parse().map_err(|_| format!("{path:?}: {head:?} indexes an array; use a number or `*`"))?;
                 let len = a.len();
                 let x = a.get_mut(i).ok_or_else(|| format!("{path:?}: index {i} but the array has {len} elements"))?;
                 set_in_value(x, rest, value, path, hits)

@@ -56,7 +56,9 @@ impl Reproduction {
         let seed_text = match (self.options.seed, seeds.as_slice()) {
             (Some(x), _) => format!("{x} (`--seed`, for every scenario)"),
             (None, [one]) => format!("{one} (every scenario's `seed`)"),
-            (None, many) => format!("each scenario's own ({})", many.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")),
+            (None, many) => {
+                format!("each scenario's own ({})", many.iter().map(u64::to_string).collect::<Vec<_>>().join(", "))
+            }
         };
         let _ = writeln!(
             s,
@@ -64,7 +66,11 @@ impl Reproduction {
              Mode: {}. Seed: {seed_text}. {runs} simulation runs, {:.0} M events, {:.0} s on {} threads.\n",
             self.date,
             self.manifest.path.display(),
-            if self.options.quick { "`--quick` (fewer requests and points: a smoke test, not the reference numbers)" } else { "default" },
+            if self.options.quick {
+                "`--quick` (fewer requests and points: a smoke test, not the reference numbers)"
+            } else {
+                "default"
+            },
             events as f64 / 1e6,
             self.wall_seconds,
             self.options.threads,
@@ -74,9 +80,11 @@ impl Reproduction {
         }
 
         // Summary.
-        let all: Vec<(usize, Vec<ClaimResult>)> = self.figures.iter().map(|f| (f.index, self.figure_claims(f))).collect();
+        let all: Vec<(usize, Vec<ClaimResult>)> =
+            self.figures.iter().map(|f| (f.index, self.figure_claims(f))).collect();
         let _ = writeln!(s, "## Summary\n");
-        let _ = writeln!(s, "| paper | figure | claims | assertions that hold | numbers within tolerance of the paper's |");
+        let _ =
+            writeln!(s, "| paper | figure | claims | assertions that hold | numbers within tolerance of the paper's |");
         let _ = writeln!(s, "|---|---|---:|---:|---:|");
         let (mut ta, mut th, mut tn, mut tw) = (0, 0, 0, 0);
         for (i, claims) in &all {
@@ -96,7 +104,11 @@ impl Reproduction {
                 claims.len()
             );
         }
-        let _ = writeln!(s, "| **all** | | **{}** | **{th} / {ta}** | **{tw} / {tn}** |\n", all.iter().map(|(_, c)| c.len()).sum::<usize>());
+        let _ = writeln!(
+            s,
+            "| **all** | | **{}** | **{th} / {ta}** | **{tw} / {tn}** |\n",
+            all.iter().map(|(_, c)| c.len()).sum::<usize>()
+        );
         let _ = writeln!(
             s,
             "*Assertions* are the qualitative claims (who wins, which way a curve goes); the CI test asserts the ones \
@@ -106,7 +118,8 @@ impl Reproduction {
         );
 
         for paper in &m.papers {
-            let figs: Vec<&(usize, Vec<ClaimResult>)> = all.iter().filter(|(i, _)| m.figures[*i].paper == paper.id).collect();
+            let figs: Vec<&(usize, Vec<ClaimResult>)> =
+                all.iter().filter(|(i, _)| m.figures[*i].paper == paper.id).collect();
             if figs.is_empty() {
                 continue;
             }
@@ -122,7 +135,14 @@ impl Reproduction {
         s
     }
 
-    fn figure_section(&self, s: &mut String, f: &FigurePlan, spec: &FigureSpec, claims: &[ClaimResult], to_manifest_dir: &str) {
+    fn figure_section(
+        &self,
+        s: &mut String,
+        f: &FigurePlan,
+        spec: &FigureSpec,
+        claims: &[ClaimResult],
+        to_manifest_dir: &str,
+    ) {
         let _ = writeln!(s, "<a id=\"{}\"></a>\n### {} ({})\n", anchor(&spec.id), spec.title, spec.section);
         if let Some(sc) = &f.scenario {
             let link = format!("{to_manifest_dir}/{}", sc.display());
@@ -174,7 +194,8 @@ impl Reproduction {
         }
         let table = if f.points.is_empty() { String::new() } else { self.data_table(f, spec) };
         if !table.is_empty() {
-            let _ = writeln!(s, "<details><summary>Data ({} points)</summary>\n\n{table}\n</details>\n", f.points.len());
+            let _ =
+                writeln!(s, "<details><summary>Data ({} points)</summary>\n\n{table}\n</details>\n", f.points.len());
         }
     }
 
@@ -232,7 +253,7 @@ impl Reproduction {
                 let mu = metric(&rec, "max_util", None, None).unwrap_or(f64::NAN);
                 let rth = metric(&rec, "r_th_pct", None, None).unwrap_or(f64::NAN);
                 row.push(format!("max load {} · R_th {}%", with_unit(mu, "util"), num(rth)));
-                row.extend(std::iter::repeat("".to_string()).take(columns.len().saturating_sub(1)));
+                row.extend(std::iter::repeat_n(String::new(), columns.len().saturating_sub(1)));
                 rows.push(row);
                 continue;
             }
@@ -255,7 +276,11 @@ impl Reproduction {
                     if let Some(x) = &r.extra {
                         let mut label = pt.series.clone();
                         if let (Some(v), true) = (pt.vary, f.vary.len() > 1) {
-                            label = format!("{label}, {} = {}", spec.vary.as_ref().map_or("vary", |v| v.name.as_str()), num(v));
+                            label = format!(
+                                "{label}, {} = {}",
+                                spec.vary.as_ref().map_or("vary", |v| v.name.as_str()),
+                                num(v)
+                            );
                         }
                         if let (Some(l), true) = (pt.load, f.loads.len() > 1) {
                             label = format!("{label} @ {}", num(l));
@@ -267,7 +292,8 @@ impl Reproduction {
             let unit = if factor == 1000.0 { "µs" } else { "ms" };
             return line_plot(&title, &format!("latency ({unit})"), "fraction of requests at least that slow", &series);
         }
-        let axis = p.x.unwrap_or(if f.kind == FigureKind::Search || f.loads.is_empty() { Axis::Vary } else { Axis::Load });
+        let axis =
+            p.x.unwrap_or(if f.kind == FigureKind::Search || f.loads.is_empty() { Axis::Vary } else { Axis::Load });
         let mut series: Vec<Series> = Vec::new();
         for pt in &f.points {
             if f.kind == FigureKind::Admission && pt.series == "calibration" {
@@ -301,7 +327,12 @@ impl Reproduction {
                 }
             }
         };
-        line_plot(&title, &x_label, &column_label(&Column { metric: p.metric.clone(), class: p.class.clone(), fanout: p.fanout }), &series)
+        line_plot(
+            &title,
+            &x_label,
+            &column_label(&Column { metric: p.metric.clone(), class: p.class.clone(), fanout: p.fanout }),
+            &series,
+        )
     }
 }
 
@@ -346,7 +377,8 @@ fn column_label(c: &Column) -> String {
 fn md_table(header: &[String], rows: &[Vec<String>]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "| {} |", header.join(" | "));
-    let _ = writeln!(s, "|{}", header.iter().map(|_| "---:|").collect::<String>());
+    // The first column names the row (left); numbers align right.
+    let _ = writeln!(s, "|---|{}", header.iter().skip(1).map(|_| "---:|").collect::<String>());
     for r in rows {
         let _ = writeln!(s, "| {} |", r.iter().map(|c| cell(c)).collect::<Vec<_>>().join(" | "));
     }
@@ -429,7 +461,7 @@ pub fn planner_claims(f: &FigurePlan, pl: &PlannerSpec) -> Vec<ClaimResult> {
         for (i, &k) in pl.fanouts.iter().enumerate() {
             let rut = m[&format!("rut_ms@{k}")];
             row(
-                format!("{}: x_{}^u({k}), planner", t.name, num(pl.percentile)),
+                format!("{}: x_{}^u({k}), planner", t.name, pl.percentile),
                 t.paper_ms[i],
                 m[&format!("x_u_ms@{k}")],
                 &pl.cause,

@@ -1,0 +1,3 @@
+module github.com/tailor-sched/tailor/sdk/go
+
+go 1.19
