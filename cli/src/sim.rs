@@ -94,11 +94,19 @@ pub fn main(args: SimArgs) -> Result<(), String> {
             println!("{s}");
         }
     };
-    say(&format!("scenario {} ({}){}", sc.name, loaded.path.display(), if sc.description.is_empty() { String::new() } else { format!(": {}", sc.description) }));
+    say(&format!(
+        "scenario {} ({}){}",
+        sc.name,
+        loaded.path.display(),
+        if sc.description.is_empty() { String::new() } else { format!(": {}", sc.description) }
+    ));
 
     let json = if sc.search.is_some() && !args.single {
         let results = sweep::max_load(&loaded, &base, threads).map_err(|e| e.to_string())?;
-        say(&format!("max load under SLO (every class and fanout meets its SLO), seed {}:\n", base.seed.unwrap_or(sc.seed)));
+        say(&format!(
+            "max load under SLO (every class and fanout meets its SLO), seed {}:\n",
+            base.seed.unwrap_or(sc.seed)
+        ));
         say(&report::search_table(&results));
         let at_max: Vec<RunOutput> = results.iter().filter_map(|r| r.at_max.clone()).collect();
         if !at_max.is_empty() {

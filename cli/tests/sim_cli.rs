@@ -14,7 +14,8 @@ fn tailor(args: &[&str]) -> std::process::Output {
 
 fn json_of(out: &std::process::Output) -> serde_json::Value {
     assert!(out.status.success(), "tailor failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 #[test]

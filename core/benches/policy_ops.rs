@@ -33,12 +33,11 @@ fn measure(spec: &PolicySpec) -> f64 {
         for id in 0..WAITING + CPUS as u64 {
             p.arrive(now, job(id));
         }
-        let mut next = WAITING + CPUS as u64;
+        let first_new = WAITING + CPUS as u64;
         let started = Instant::now();
         for i in 0..ITERS {
             now += 1;
-            p.arrive(now, job(next));
-            next += 1;
+            p.arrive(now, job(first_new + i));
             let cpu = (i % CPUS as u64) as usize;
             let running = p.running()[cpu].expect("all CPUs busy");
             p.complete(now, running);
@@ -62,7 +61,9 @@ fn main() {
         PolicySpec::Rr { slice_us: 30.0 },
         PolicySpec::Fair { min_granularity_ms: 1.0, latency_ms: 10.0 },
     ];
-    println!("one arrive + complete (enqueue + dispatch) with {WAITING} waiting, {CPUS} CPUs; median of {REPS} x {ITERS}");
+    println!(
+        "one arrive + complete (enqueue + dispatch) with {WAITING} waiting, {CPUS} CPUs; median of {REPS} x {ITERS}"
+    );
     println!("{:>8}  {:>8}  {:>9}", "policy", "ns/op", "vs fifo");
     let mut fifo = None;
     for spec in &specs {

@@ -271,7 +271,12 @@ impl Driver {
 
         let non_preemptive = matches!(
             self.spec,
-            PolicySpec::Fifo | PolicySpec::Lifo | PolicySpec::Gfifo | PolicySpec::Edf | PolicySpec::Priq | PolicySpec::Random { .. }
+            PolicySpec::Fifo
+                | PolicySpec::Lifo
+                | PolicySpec::Gfifo
+                | PolicySpec::Edf
+                | PolicySpec::Priq
+                | PolicySpec::Random { .. }
         );
         if non_preemptive {
             self.check_non_preemptive(&run, &dispatched, &waiting);

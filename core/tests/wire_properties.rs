@@ -32,7 +32,11 @@ enum Edit {
     Insert(usize, u8),
     Delete(usize),
     /// Copies a chunk of the string to another place (duplicated fields).
-    Splice { from: usize, len: usize, to: usize },
+    Splice {
+        from: usize,
+        len: usize,
+        to: usize,
+    },
 }
 
 fn edit() -> impl Strategy<Value = Edit> {

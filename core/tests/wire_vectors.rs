@@ -28,11 +28,15 @@ fn cases(section: &str) -> &'static [Value] {
 
 /// Runs `check` on every case of `section`; fails listing every case that failed.
 fn each(section: &str, check: impl Fn(&Value) -> Result<(), String>) {
-    let failures: Vec<String> = cases(section)
-        .iter()
-        .filter_map(|c| check(c).err().map(|e| format!("  {}: {e}", name(c))))
-        .collect();
-    assert!(failures.is_empty(), "{section}: {} of {} cases failed:\n{}", failures.len(), cases(section).len(), failures.join("\n"));
+    let failures: Vec<String> =
+        cases(section).iter().filter_map(|c| check(c).err().map(|e| format!("  {}: {e}", name(c)))).collect();
+    assert!(
+        failures.is_empty(),
+        "{section}: {} of {} cases failed:\n{}",
+        failures.len(),
+        cases(section).len(),
+        failures.join("\n")
+    );
 }
 
 fn name(case: &Value) -> String {
@@ -84,7 +88,8 @@ fn secret(hex: &str) -> Vec<u8> {
 }
 
 fn key(id: &str) -> Key {
-    let k = vectors()["keys"].as_array().unwrap().iter().find(|k| k["id"] == id).unwrap_or_else(|| panic!("no key {id}"));
+    let k =
+        vectors()["keys"].as_array().unwrap().iter().find(|k| k["id"] == id).unwrap_or_else(|| panic!("no key {id}"));
     Key::new(id, &secret(k["secret_hex"].as_str().unwrap())).unwrap()
 }
 
@@ -249,7 +254,8 @@ fn grpc_timeout_deadlines() {
         (got == c["value"].as_str()).then_some(()).ok_or(format!("got {got:?}"))
     });
     each("grpc_timeout_to_deadline", |c| {
-        let got = grpc_timeout::to_deadline(c["value"].as_str().unwrap(), ns(&c["now"])).map_err(|e| e.kind().to_owned());
+        let got =
+            grpc_timeout::to_deadline(c["value"].as_str().unwrap(), ns(&c["now"])).map_err(|e| e.kind().to_owned());
         let want = match c.get("error") {
             Some(e) => Err(e.as_str().unwrap().to_owned()),
             None => Ok(ns_or_never(&c["deadline"])),

@@ -29,11 +29,18 @@ const STREAM_REQUEST: u64 = 1 << 32;
 enum EvKind {
     Arrival,
     /// A task reaches its node after the network delay.
-    Deliver { task: u32 },
+    Deliver {
+        task: u32,
+    },
     /// An interrupt steals the CPU.
-    Noise { node: u32, cpu: u32 },
+    Noise {
+        node: u32,
+        cpu: u32,
+    },
     /// The response reaches the edge.
-    Respond { req: u32 },
+    Respond {
+        req: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -202,6 +209,8 @@ struct Engine<'m> {
     admission: Option<AdmissionController>,
     noise_rng: Rng,
     rec: Recorder,
+    /// Arrival indices that are measured: after the warm-up, `requests` of them.
+    measured: std::ops::Range<u64>,
     stats: RunStats,
     measured_left: u64,
     scratch: Vec<u32>,
@@ -245,6 +254,7 @@ impl<'m> Engine<'m> {
             }),
             noise_rng: Rng::derive(m.seed, STREAM_NOISE),
             rec: Recorder::new(m),
+            measured: m.warmup..m.warmup + m.requests,
             stats: RunStats::default(),
             measured_left: m.requests,
             scratch: Vec::new(),
@@ -299,10 +309,6 @@ impl<'m> Engine<'m> {
         (self.rec, self.stats)
     }
 
-    fn measured(&self, index: u64) -> bool {
-        index >= self.m.warmup && index < self.m.warmup + self.m.requests
-    }
-
     fn on_arrival(&mut self) {
         let index = self.arrivals.next_index;
         self.arrivals.next_index += 1;
@@ -316,7 +322,7 @@ impl<'m> Engine<'m> {
             let u = rng.next_f64();
             self.m.classes.iter().position(|c| u < c.cumulative_weight).unwrap_or(self.m.classes.len() - 1) as u8
         };
-        let measured = self.measured(index);
+        let measured = self.measured.contains(&index);
         if let Some(ac) = &mut self.admission {
             if !ac.admit(self.now) {
                 if measured {
@@ -397,7 +403,8 @@ impl<'m> Engine<'m> {
             let a = self.acts.get_mut(act);
             a.ideal_end = a.ideal_end.max(ideal_start + delay + demand);
             let node = (svc.first_node + inst as usize) as u32;
-            let task = self.tasks.insert(Task { act, node, remaining: demand, deadline, started: false, preempted: false });
+            let task =
+                self.tasks.insert(Task { act, node, remaining: demand, deadline, started: false, preempted: false });
             if delay == 0 {
                 self.on_deliver(task);
             } else {
@@ -481,7 +488,7 @@ impl<'m> Engine<'m> {
 
     fn on_respond(&mut self, req: u32) {
         let r = self.reqs.remove(req);
-        if self.measured(r.index) {
+        if self.measured.contains(&r.index) {
             self.rec.record(r.gat, self.now, r.ideal_end, r.class, r.fanout, r.demand);
             self.measured_left -= 1;
         }
@@ -517,7 +524,6 @@ impl<'m> Engine<'m> {
     /// `force_timer`: the caller changed a CPU's completion time itself.
     fn sync(&mut self, node: usize, force_timer: bool) {
         let now = self.now;
-        let (measure_from, measure_to) = (self.m.warmup, self.m.warmup + self.m.requests);
         let n = &mut self.nodes[node];
         let running = n.policy.running();
         // Pass 1: tasks leaving a CPU (preempted or migrated) are charged first,
@@ -552,7 +558,7 @@ impl<'m> Engine<'m> {
                     let missed = now > t.deadline;
                     let act = self.acts.get(t.act);
                     let r = self.reqs.get(act.req);
-                    if (measure_from..measure_to).contains(&r.index) {
+                    if self.measured.contains(&r.index) {
                         self.rec.task_dequeued(missed);
                     }
                     if let Some(ac) = &mut self.admission {

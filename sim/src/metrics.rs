@@ -339,7 +339,8 @@ pub struct Percentiles {
 
 impl Percentiles {
     pub fn of_sorted(sorted: &[Nanos]) -> Self {
-        let mean = if sorted.is_empty() { 0.0 } else { sorted.iter().map(|&x| x as f64).sum::<f64>() / sorted.len() as f64 };
+        let mean =
+            if sorted.is_empty() { 0.0 } else { sorted.iter().map(|&x| x as f64).sum::<f64>() / sorted.len() as f64 };
         Percentiles {
             mean: mean / 1e6,
             p50: quantile_ms(sorted, 0.50),

@@ -30,7 +30,10 @@ pub struct ServiceModel {
 pub enum Fanout {
     Fixed(u32),
     /// Values with cumulative normalised weights.
-    Table { values: Vec<u32>, cumulative: Vec<f64> },
+    Table {
+        values: Vec<u32>,
+        cumulative: Vec<f64>,
+    },
 }
 
 impl Fanout {
@@ -82,14 +85,27 @@ pub struct ClassModel {
 /// Arrival process, with gaps in ns.
 #[derive(Clone, Debug)]
 pub enum ArrivalModel {
-    Poisson { mean_gap: f64 },
-    Deterministic { gap: f64 },
+    Poisson {
+        mean_gap: f64,
+    },
+    Deterministic {
+        gap: f64,
+    },
     /// Pareto gaps with scale `xm` and shape `alpha` (mean xm·α/(α−1)).
-    Pareto { xm: f64, alpha: f64 },
+    Pareto {
+        xm: f64,
+        alpha: f64,
+    },
     /// Replayed gaps, multiplied by `scale`.
-    Trace { gaps: Vec<Nanos>, scale: f64 },
+    Trace {
+        gaps: Vec<Nanos>,
+        scale: f64,
+    },
     /// Gaps from a distribution, multiplied by `scale`.
-    Gaps { dist: Dist, scale: f64 },
+    Gaps {
+        dist: Dist,
+        scale: f64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -174,7 +190,8 @@ impl Model {
             node_count += s.instances;
         }
 
-        let service_idx: HashMap<&str, usize> = sc.services.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+        let service_idx: HashMap<&str, usize> =
+            sc.services.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
         let (stages, roots) = if sc.stages.is_empty() {
             // The default call graph: a chain through the services in file order.
             let n = sc.services.len();
@@ -198,7 +215,9 @@ impl Model {
                 .map(|st| {
                     let fanout = match &st.fanout {
                         FanoutSpec::Fixed(k) => Fanout::Fixed(*k),
-                        FanoutSpec::Table(t) => Fanout::Table { values: t.values.clone(), cumulative: cumulative(&t.weights) },
+                        FanoutSpec::Table(t) => {
+                            Fanout::Table { values: t.values.clone(), cumulative: cumulative(&t.weights) }
+                        }
                     };
                     let next: Vec<(usize, f64)> = st.next.iter().map(|e| (stage_idx[e.stage.as_str()], e.p)).collect();
                     let weights: Vec<f64> = st.choose.iter().map(|e| e.p).collect();
@@ -207,7 +226,13 @@ impl Model {
                     for &(j, _) in next.iter().chain(&choose) {
                         has_parent[j] = true;
                     }
-                    StageModel { name: st.name.clone(), service: service_idx[st.service.as_str()], fanout, next, choose }
+                    StageModel {
+                        name: st.name.clone(),
+                        service: service_idx[st.service.as_str()],
+                        fanout,
+                        next,
+                        choose,
+                    }
                 })
                 .collect();
             let roots = (0..stages.len()).filter(|&i| !has_parent[i]).collect();
@@ -259,7 +284,9 @@ impl Model {
         let arrival = match &sc.load.arrival {
             ArrivalSpec::Poisson => ArrivalModel::Poisson { mean_gap },
             ArrivalSpec::Deterministic => ArrivalModel::Deterministic { gap: mean_gap },
-            ArrivalSpec::Pareto { alpha } => ArrivalModel::Pareto { xm: mean_gap * (alpha - 1.0) / alpha, alpha: *alpha },
+            ArrivalSpec::Pareto { alpha } => {
+                ArrivalModel::Pareto { xm: mean_gap * (alpha - 1.0) / alpha, alpha: *alpha }
+            }
             ArrivalSpec::Gaps { dist } => {
                 let dist = build_dist("[load.arrival] dist", dist)?;
                 let scale = mean_gap / dist.mean_ns().max(1e-9);
@@ -330,7 +357,13 @@ impl Model {
                         DeadlineMode::Tailguard => {
                             let unloaded = match &rut_table {
                                 Some(t) => t.get(k as usize - 1).copied().ok_or_else(|| {
-                                    model_err(file, format!("[deadlines] rut_file has {} lines, fanout {k} needs line {k}", t.len()))
+                                    model_err(
+                                        file,
+                                        format!(
+                                            "[deadlines] rut_file has {} lines, fanout {k} needs line {k}",
+                                            t.len()
+                                        ),
+                                    )
                                 })?,
                                 None => Planner::unloaded_quantile_homogeneous(dist, k, class.percentile / 100.0),
                             };
@@ -447,7 +480,8 @@ fn topological_order(stages: &[StageModel]) -> Vec<usize> {
 fn read_trace(path: &PathBuf) -> Result<Vec<Nanos>, ModelError> {
     let text = std::fs::read_to_string(path).map_err(|e| model_err(path, format!("cannot read trace: {e}")))?;
     let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
-    let (_, header) = lines.next().ok_or_else(|| model_err(path, "empty trace; expected a header with `arrival_ms`"))?;
+    let (_, header) =
+        lines.next().ok_or_else(|| model_err(path, "empty trace; expected a header with `arrival_ms`"))?;
     let col = header
         .split(',')
         .position(|h| h.trim() == "arrival_ms")

@@ -15,8 +15,11 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     }
     let mut out = String::new();
     let line = |out: &mut String, cells: Vec<&str>| {
-        let parts: Vec<String> =
-            cells.iter().enumerate().map(|(i, c)| format!("{}{}", " ".repeat(width[i] - c.chars().count()), c)).collect();
+        let parts: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{}{}", " ".repeat(width[i] - c.chars().count()), c))
+            .collect();
         out.push_str(parts.join("  ").trim_end());
         out.push('\n');
     };
@@ -41,8 +44,20 @@ fn f(x: f64) -> String {
 }
 
 const RUN_HEADER: [&str; 14] = [
-    "policy", "util", "rps", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "p99.9_ms", "max_ms", "tput_rps", "reorder_%",
-    "miss_%", "reject_%", "slo",
+    "policy",
+    "util",
+    "rps",
+    "mean_ms",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "p99.9_ms",
+    "max_ms",
+    "tput_rps",
+    "reorder_%",
+    "miss_%",
+    "reject_%",
+    "slo",
 ];
 
 fn run_row(r: &RunOutput) -> Vec<String> {
@@ -236,11 +251,8 @@ pub fn line_plot(title: &str, x_label: &str, y_label: &str, series: &[Series]) -
             h - mb + 4.0
         );
     }
-    let yticks: Vec<f64> = if log {
-        (ty0 as i32..=ty1 as i32).map(|e| 10f64.powi(e)).collect()
-    } else {
-        nice_ticks(0.0, ty1)
-    };
+    let yticks: Vec<f64> =
+        if log { (ty0 as i32..=ty1 as i32).map(|e| 10f64.powi(e)).collect() } else { nice_ticks(0.0, ty1) };
     for y in yticks {
         let yy = if log { py(y) } else { mt + (1.0 - y / ty1) * (h - mt - mb) };
         let _ = writeln!(
@@ -252,7 +264,13 @@ pub fn line_plot(title: &str, x_label: &str, y_label: &str, series: &[Series]) -
             w - mr
         );
     }
-    let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#, (ml + w - mr) / 2.0, h - 10.0, xml(x_label));
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+        (ml + w - mr) / 2.0,
+        h - 10.0,
+        xml(x_label)
+    );
     let _ = writeln!(
         s,
         r#"<text x="16" y="{}" text-anchor="middle" transform="rotate(-90 16 {0})">{}{}</text>"#,
@@ -305,7 +323,13 @@ fn trim_num(x: f64) -> String {
     if x != 0.0 && x.abs() < 0.001 {
         return format!("{x:e}");
     }
-    let s = if x.abs() >= 100.0 { format!("{x:.0}") } else if x.abs() >= 1.0 { format!("{x:.2}") } else { format!("{x:.3}") };
+    let s = if x.abs() >= 100.0 {
+        format!("{x:.0}")
+    } else if x.abs() >= 1.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.3}")
+    };
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_string()
     } else {
@@ -327,5 +351,10 @@ pub fn sweep_plot(title: &str, runs: &[RunOutput], by_rps: bool) -> String {
             None => series.push(Series { label: r.policy.clone(), points: vec![(x, r.summary.latency_ms.p99)] }),
         }
     }
-    line_plot(title, if by_rps { "offered load (requests/s)" } else { "utilization of the busiest service" }, "p99 latency (ms)", &series)
+    line_plot(
+        title,
+        if by_rps { "offered load (requests/s)" } else { "utilization of the busiest service" },
+        "p99 latency (ms)",
+        &series,
+    )
 }

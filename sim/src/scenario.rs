@@ -288,11 +288,20 @@ fn default_search_tol() -> f64 {
 /// Why a scenario cannot be used. Every message names the file and the fix.
 #[derive(Debug)]
 pub enum ScenarioError {
-    Io { file: PathBuf, source: std::io::Error },
+    Io {
+        file: PathBuf,
+        source: std::io::Error,
+    },
     /// TOML syntax, a wrong type or an unknown key (the message lists valid keys).
-    Parse { file: PathBuf, message: String },
+    Parse {
+        file: PathBuf,
+        message: String,
+    },
     /// Cross-reference and range problems, all of them.
-    Invalid { file: PathBuf, problems: Vec<String> },
+    Invalid {
+        file: PathBuf,
+        problems: Vec<String>,
+    },
 }
 
 impl fmt::Display for ScenarioError {
@@ -325,7 +334,8 @@ pub struct LoadedScenario {
 impl Scenario {
     /// Reads, parses and validates a scenario file.
     pub fn load(path: &Path) -> Result<LoadedScenario, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { file: path.to_owned(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { file: path.to_owned(), source })?;
         Self::from_toml(&text, path)
     }
 
@@ -426,7 +436,10 @@ impl Scenario {
                 FanoutSpec::Fixed(0) => p.push(format!("stage {:?}: fanout = 0; give at least 1", st.name)),
                 FanoutSpec::Table(t) => {
                     if t.values.is_empty() || t.values.len() != t.weights.len() {
-                        p.push(format!("stage {:?}: fanout `values` and `weights` must be non-empty and of equal length", st.name));
+                        p.push(format!(
+                            "stage {:?}: fanout `values` and `weights` must be non-empty and of equal length",
+                            st.name
+                        ));
                     }
                     if t.values.contains(&0) {
                         p.push(format!("stage {:?}: fanout values must be ≥ 1", st.name));
@@ -503,7 +516,7 @@ impl Scenario {
             if !(0.0 < s.min_utilization && s.min_utilization < s.max_utilization) {
                 p.push("[search]: need 0 < min_utilization < max_utilization".into());
             }
-            if !(s.tolerance > 0.0) {
+            if !(s.tolerance.is_finite() && s.tolerance > 0.0) {
                 p.push("[search]: tolerance must be positive".into());
             }
             if self.classes.iter().all(|c| c.slo_ms.is_none()) {

@@ -37,7 +37,9 @@ pub fn policy_label(p: &PolicySpec) -> String {
         PolicySpec::Orf { c, slice_us } => format!("orf(c={c},slice={slice_us}us)"),
         PolicySpec::Rr { slice_us } => format!("rr(slice={slice_us}us)"),
         PolicySpec::Ps { slice_us } => format!("ps(slice={slice_us}us)"),
-        PolicySpec::Fair { min_granularity_ms, latency_ms } => format!("fair(min={min_granularity_ms}ms,lat={latency_ms}ms)"),
+        PolicySpec::Fair { min_granularity_ms, latency_ms } => {
+            format!("fair(min={min_granularity_ms}ms,lat={latency_ms}ms)")
+        }
         PolicySpec::Random { seed } if *seed != 0 => format!("random(seed={seed})"),
         other => other.name().to_string(),
     }
@@ -144,11 +146,22 @@ pub fn max_load(loaded: &LoadedScenario, base: &Overrides, threads: usize) -> Re
         if search.policies.is_empty() { vec![None] } else { search.policies.iter().cloned().map(Some).collect() };
     // Validate every model up front.
     for p in &policies {
-        Model::build(loaded, &Overrides { load: Some(LoadOverride::Utilization(search.min_utilization)), policy: p.clone(), ..base.clone() })?;
+        Model::build(
+            loaded,
+            &Overrides {
+                load: Some(LoadOverride::Utilization(search.min_utilization)),
+                policy: p.clone(),
+                ..base.clone()
+            },
+        )?;
     }
     let results = parallel_map(&policies, threads, |p| {
         let probe = |u: f64| -> RunOutput {
-            let ov = Overrides { load: Some(LoadOverride::Utilization(u)), policy: p.clone().or(base.policy.clone()), ..base.clone() };
+            let ov = Overrides {
+                load: Some(LoadOverride::Utilization(u)),
+                policy: p.clone().or(base.policy.clone()),
+                ..base.clone()
+            };
             run_one(loaded, &ov).expect("model validated above")
         };
         let met = |r: &RunOutput| r.summary.slo_met.unwrap_or(false);
@@ -164,7 +177,13 @@ pub fn max_load(loaded: &LoadedScenario, base: &Overrides, threads: usize) -> Re
         let top = probe(hi);
         probes.push((hi, met(&top)));
         if met(&top) {
-            return SearchResult { policy: label, max_utilization: hi, max_rps: top.offered_rps, at_max: Some(top), probes };
+            return SearchResult {
+                policy: label,
+                max_utilization: hi,
+                max_rps: top.offered_rps,
+                at_max: Some(top),
+                probes,
+            };
         }
         while hi - lo > search.tolerance {
             let mid = 0.5 * (lo + hi);

@@ -56,10 +56,7 @@ pub fn mm1_response_quantile(lambda: f64, mu: f64, p: f64) -> f64 {
 /// ([Gross & Harris] §2.6), which never forms `a^c` or `c!` and so neither
 /// overflows nor loses precision for large `c`.
 pub fn erlang_b(c: u32, a: f64) -> f64 {
-    assert!(
-        a >= 0.0 && a.is_finite(),
-        "offered load must be finite and >= 0, got {a}"
-    );
+    assert!(a >= 0.0 && a.is_finite(), "offered load must be finite and >= 0, got {a}");
     let mut b = 1.0;
     for k in 1..=c {
         b = a * b / (f64::from(k) + a * b);
@@ -274,10 +271,7 @@ pub fn fork_join2_mean_response(lambda: f64, mu: f64) -> f64 {
 /// Nelson & Tantawi (IEEE Trans. Computers 37(6), 1988) fitted to simulation
 /// and validated for `2 ≤ k ≤ 32`, within a few percent.
 pub fn fork_join_mean_response_approx(k: u32, lambda: f64, mu: f64) -> f64 {
-    assert!(
-        k >= 2,
-        "the Nelson–Tantawi approximation needs k >= 2, got {k}"
-    );
+    assert!(k >= 2, "the Nelson–Tantawi approximation needs k >= 2, got {k}");
     let r2 = fork_join2_mean_response(lambda, mu);
     if r2.is_infinite() {
         return r2;
@@ -323,20 +317,13 @@ pub fn cobham_mean_waits(classes: &[PriorityClass]) -> Vec<f64> {
         check_service(class.lambda, class.mean_service);
         assert!(class.second_moment >= 0.0, "E[S^2] must be >= 0");
     }
-    let w0: f64 = classes
-        .iter()
-        .map(|k| k.lambda * k.second_moment / 2.0)
-        .sum();
+    let w0: f64 = classes.iter().map(|k| k.lambda * k.second_moment / 2.0).sum();
     let mut sigma_above = 0.0;
     classes
         .iter()
         .map(|class| {
             let sigma = sigma_above + class.lambda * class.mean_service;
-            let wait = if sigma >= 1.0 {
-                f64::INFINITY
-            } else {
-                w0 / ((1.0 - sigma_above) * (1.0 - sigma))
-            };
+            let wait = if sigma >= 1.0 { f64::INFINITY } else { w0 / ((1.0 - sigma_above) * (1.0 - sigma)) };
             sigma_above = sigma;
             wait
         })
@@ -346,31 +333,18 @@ pub fn cobham_mean_waits(classes: &[PriorityClass]) -> Vec<f64> {
 /// Mean response time per class of a non-preemptive priority M/G/1 queue:
 /// [`cobham_mean_waits`] plus each class's `E[S_i]`.
 pub fn cobham_mean_responses(classes: &[PriorityClass]) -> Vec<f64> {
-    cobham_mean_waits(classes)
-        .into_iter()
-        .zip(classes)
-        .map(|(wait, class)| wait + class.mean_service)
-        .collect()
+    cobham_mean_waits(classes).into_iter().zip(classes).map(|(wait, class)| wait + class.mean_service).collect()
 }
 
 // === Argument checks ===
 
 fn check_rates(lambda: f64, mu: f64) {
-    assert!(
-        lambda >= 0.0 && lambda.is_finite(),
-        "arrival rate must be finite and >= 0, got {lambda}"
-    );
-    assert!(
-        mu > 0.0 && mu.is_finite(),
-        "service rate must be finite and > 0, got {mu}"
-    );
+    assert!(lambda >= 0.0 && lambda.is_finite(), "arrival rate must be finite and >= 0, got {lambda}");
+    assert!(mu > 0.0 && mu.is_finite(), "service rate must be finite and > 0, got {mu}");
 }
 
 fn check_service(lambda: f64, mean_service: f64) {
-    assert!(
-        lambda >= 0.0 && lambda.is_finite(),
-        "arrival rate must be finite and >= 0, got {lambda}"
-    );
+    assert!(lambda >= 0.0 && lambda.is_finite(), "arrival rate must be finite and >= 0, got {lambda}");
     assert!(
         mean_service >= 0.0 && mean_service.is_finite(),
         "mean service time must be finite and >= 0, got {mean_service}"
@@ -378,10 +352,7 @@ fn check_service(lambda: f64, mean_service: f64) {
 }
 
 fn check_probability(p: f64) {
-    assert!(
-        (0.0..=1.0).contains(&p),
-        "probability must be in [0, 1], got {p}"
-    );
+    assert!((0.0..=1.0).contains(&p), "probability must be in [0, 1], got {p}");
 }
 
 #[cfg(test)]
@@ -396,10 +367,7 @@ mod tests {
 
     fn assert_close(actual: f64, expected: f64, rel: f64) {
         let err = (actual - expected).abs() / expected.abs().max(f64::MIN_POSITIVE);
-        assert!(
-            err <= rel,
-            "got {actual}, expected {expected} (relative error {err:e} > {rel:e})"
-        );
+        assert!(err <= rel, "got {actual}, expected {expected} (relative error {err:e} > {rel:e})");
     }
 
     // --- Erlang B / C: hand-computed from the textbook sums ---
@@ -427,11 +395,7 @@ mod tests {
     #[test]
     fn erlang_c_with_one_server_is_utilisation() {
         for a in [0.0, 0.1, 0.5, 0.9, 0.999] {
-            assert!(
-                (erlang_c(1, a) - a).abs() < 1e-15,
-                "C(1, {a}) = {}",
-                erlang_c(1, a)
-            );
+            assert!((erlang_c(1, a) - a).abs() < 1e-15, "C(1, {a}) = {}", erlang_c(1, a));
         }
     }
 
@@ -449,11 +413,7 @@ mod tests {
         let mut prev = 0.0;
         for i in 1..40 {
             let now = erlang_c(4, 0.1 * f64::from(i));
-            assert!(
-                now > prev,
-                "C(4, {}) = {now} not above {prev}",
-                0.1 * f64::from(i)
-            );
+            assert!(now > prev, "C(4, {}) = {now} not above {prev}", 0.1 * f64::from(i));
             prev = now;
         }
         for c in 3..12 {
@@ -468,11 +428,7 @@ mod tests {
         assert_close(mm1_mean_response(0.5, 1.0), 2.0, 1e-15);
         // Median of Exp(0.5) is ln 2 / 0.5; p99 is ln 100 / 0.5.
         assert_close(mm1_response_quantile(0.5, 1.0, 0.5), 2.0 * 2f64.ln(), 1e-15);
-        assert_close(
-            mm1_response_quantile(0.5, 1.0, 0.99),
-            2.0 * 100f64.ln(),
-            1e-14,
-        );
+        assert_close(mm1_response_quantile(0.5, 1.0, 0.99), 2.0 * 100f64.ln(), 1e-14);
         assert_eq!(mm1_mean_response(1.0, 1.0), f64::INFINITY);
         assert_eq!(mm1_response_quantile(0.5, 1.0, 0.0), 0.0);
     }
@@ -490,21 +446,13 @@ mod tests {
     #[test]
     fn mmc_with_one_server_is_mm1() {
         for (lambda, mu) in [(0.1, 1.0), (0.5, 1.0), (0.9, 1.0), (3.0, 4.0)] {
-            assert_close(
-                mmc_mean_response(lambda, mu, 1),
-                mm1_mean_response(lambda, mu),
-                1e-13,
-            );
+            assert_close(mmc_mean_response(lambda, mu, 1), mm1_mean_response(lambda, mu), 1e-13);
             for p in [0.01, 0.5, 0.9, 0.99, 0.9999] {
                 let q = mmc_response_quantile(lambda, mu, 1, p);
                 assert_close(q, mm1_response_quantile(lambda, mu, p), 1e-12);
                 // The whole distribution, not just quantiles: T ~ Exp(μ−λ).
                 let t = 0.7 * q;
-                assert_close(
-                    mmc_response_cdf(lambda, mu, 1, t),
-                    1.0 - (-(mu - lambda) * t).exp(),
-                    1e-12,
-                );
+                assert_close(mmc_response_cdf(lambda, mu, 1, t), 1.0 - (-(mu - lambda) * t).exp(), 1e-12);
             }
         }
     }
@@ -517,9 +465,7 @@ mod tests {
         let n = 20_000;
         let h = t_max / f64::from(n);
         let f = |i: u32| mmc_response_survival(lambda, mu, c, h * f64::from(i));
-        let inner: f64 = (1..n)
-            .map(|i| if i % 2 == 1 { 4.0 } else { 2.0 } * f(i))
-            .sum();
+        let inner: f64 = (1..n).map(|i| if i % 2 == 1 { 4.0 } else { 2.0 } * f(i)).sum();
         (f(0) + inner + f(n)) * h / 3.0
     }
 
@@ -599,11 +545,7 @@ mod tests {
     #[test]
     fn md1_is_mg1_with_zero_variance() {
         for (lambda, s) in [(0.1, 1.0), (0.5, 1.0), (0.95, 1.0), (200.0, 0.004)] {
-            assert_close(
-                md1_mean_response(lambda, s),
-                mg1_mean_response(lambda, s, s * s),
-                1e-14,
-            );
+            assert_close(md1_mean_response(lambda, s), mg1_mean_response(lambda, s, s * s), 1e-14);
         }
     }
 
@@ -634,11 +576,7 @@ mod tests {
         assert_close(mg1_ps_conditional_response(0.5, 1.0, 3.0), 6.0, 1e-15);
         // With exponential sizes PS has the M/M/1 FCFS mean.
         for (lambda, mu) in [(0.1, 1.0), (0.5, 1.0), (0.9, 1.0), (3.0, 4.0)] {
-            assert_close(
-                mg1_ps_mean_response(lambda, 1.0 / mu),
-                mm1_mean_response(lambda, mu),
-                1e-14,
-            );
+            assert_close(mg1_ps_mean_response(lambda, 1.0 / mu), mm1_mean_response(lambda, mu), 1e-14);
         }
         assert_eq!(mg1_ps_mean_response(2.0, 0.5), f64::INFINITY);
     }
@@ -657,17 +595,9 @@ mod tests {
         // whose mean is H_k/μ (H_2 = 3/2, H_4 = 25/12).
         let (lambda, mu) = (1e-12, 2.0);
         assert_close(fork_join2_mean_response(lambda, mu), 1.5 / mu, 1e-10);
-        assert_close(
-            fork_join_mean_response_approx(4, lambda, mu),
-            25.0 / 12.0 / mu,
-            1e-10,
-        );
+        assert_close(fork_join_mean_response_approx(4, lambda, mu), 25.0 / 12.0 / mu, 1e-10);
         for k in 2..=32 {
-            assert_close(
-                fork_join_mean_response_approx(k, lambda, mu),
-                harmonic(k) / mu,
-                1e-10,
-            );
+            assert_close(fork_join_mean_response_approx(k, lambda, mu), harmonic(k) / mu, 1e-10);
         }
     }
 
@@ -702,26 +632,14 @@ mod tests {
     // --- Cobham priority ---
 
     fn exp_class(lambda: f64, mean: f64) -> PriorityClass {
-        PriorityClass {
-            lambda,
-            mean_service: mean,
-            second_moment: 2.0 * mean * mean,
-        }
+        PriorityClass { lambda, mean_service: mean, second_moment: 2.0 * mean * mean }
     }
 
     #[test]
     fn cobham_with_one_class_is_pollaczek_khinchine() {
         for (lambda, mean, m2) in [(0.5, 1.0, 1.0), (0.5, 1.0, 2.0), (0.9, 1.0, 5.0)] {
-            let class = PriorityClass {
-                lambda,
-                mean_service: mean,
-                second_moment: m2,
-            };
-            assert_close(
-                cobham_mean_responses(&[class])[0],
-                mg1_mean_response(lambda, mean, m2),
-                1e-14,
-            );
+            let class = PriorityClass { lambda, mean_service: mean, second_moment: m2 };
+            assert_close(cobham_mean_responses(&[class])[0], mg1_mean_response(lambda, mean, m2), 1e-14);
         }
     }
 
@@ -742,29 +660,14 @@ mod tests {
         // FCFS's ρ·W_FCFS = ρ·W0/(1−ρ) ([Kleinrock II] ch. 3): an identity
         // independent of Cobham's per-class formula.
         let classes = [
-            PriorityClass {
-                lambda: 0.2,
-                mean_service: 0.5,
-                second_moment: 0.25,
-            },
+            PriorityClass { lambda: 0.2, mean_service: 0.5, second_moment: 0.25 },
             exp_class(0.4, 1.0),
-            PriorityClass {
-                lambda: 0.1,
-                mean_service: 2.0,
-                second_moment: 20.0,
-            },
+            PriorityClass { lambda: 0.1, mean_service: 2.0, second_moment: 20.0 },
         ];
         let waits = cobham_mean_waits(&classes);
         let rho: f64 = classes.iter().map(|k| k.lambda * k.mean_service).sum();
-        let w0: f64 = classes
-            .iter()
-            .map(|k| k.lambda * k.second_moment / 2.0)
-            .sum();
-        let weighted: f64 = classes
-            .iter()
-            .zip(&waits)
-            .map(|(k, w)| k.lambda * k.mean_service * w)
-            .sum();
+        let w0: f64 = classes.iter().map(|k| k.lambda * k.second_moment / 2.0).sum();
+        let weighted: f64 = classes.iter().zip(&waits).map(|(k, w)| k.lambda * k.mean_service * w).sum();
         assert_close(weighted, rho * w0 / (1.0 - rho), 1e-13);
         // Lower priority waits longer.
         assert!(waits[0] < waits[1] && waits[1] < waits[2]);
@@ -772,11 +675,7 @@ mod tests {
 
     #[test]
     fn cobham_overload_starves_only_the_lower_classes() {
-        let waits = cobham_mean_waits(&[
-            exp_class(0.5, 1.0),
-            exp_class(0.6, 1.0),
-            exp_class(0.1, 1.0),
-        ]);
+        let waits = cobham_mean_waits(&[exp_class(0.5, 1.0), exp_class(0.6, 1.0), exp_class(0.1, 1.0)]);
         assert!(waits[0].is_finite());
         assert_eq!(waits[1], f64::INFINITY);
         assert_eq!(waits[2], f64::INFINITY);

@@ -120,7 +120,10 @@ mod tests {
             if model[node].0 != time {
                 model[node] = (time, seq);
             }
-            let want = (0..n).filter(|&i| model[i].0 != Nanos::MAX).min_by_key(|&i| model[i]).map(|i| (model[i].0, model[i].1, i));
+            let want = (0..n)
+                .filter(|&i| model[i].0 != Nanos::MAX)
+                .min_by_key(|&i| model[i])
+                .map(|i| (model[i].0, model[i].1, i));
             assert_eq!(t.peek(), want);
         }
     }

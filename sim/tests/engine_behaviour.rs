@@ -70,7 +70,8 @@ fn equal_demands_do_not_reorder_without_noise_and_do_with_it() {
     let quiet = model(CHAIN_FIXED, Overrides::default());
     let s = engine::run(&quiet).0.summarize();
     assert_eq!(s.reordering_pct, 0.0, "no noise, equal demands: nothing overtakes");
-    let noisy_toml = format!("{CHAIN_FIXED}\n[noise]\nrate_per_sec = 2000\nduration = {{ kind = \"exp\", mean_ms = 0.05 }}\n");
+    let noisy_toml =
+        format!("{CHAIN_FIXED}\n[noise]\nrate_per_sec = 2000\nduration = {{ kind = \"exp\", mean_ms = 0.05 }}\n");
     let noisy = model(&noisy_toml, Overrides::default());
     let (rec, stats) = engine::run(&noisy);
     let s = rec.summarize();
@@ -150,7 +151,11 @@ window_ms = 5
     let without_toml = toml.replace("[admission]\nr_th = 0.02\nwindow_ms = 5\n", "");
     let without = engine::run(&model(&without_toml, Overrides::default())).0.summarize();
     assert_eq!(without.rejected, 0);
-    assert!(without.latency_ms.p99 > 10.0 * with.latency_ms.p99, "overload without admission: {}", without.latency_ms.p99);
+    assert!(
+        without.latency_ms.p99 > 10.0 * with.latency_ms.p99,
+        "overload without admission: {}",
+        without.latency_ms.p99
+    );
 }
 
 #[test]
@@ -165,7 +170,8 @@ fn dag_visits_and_utilization_follow_the_branch_probabilities() {
     }
     assert!((m.utilization - 0.7).abs() < 1e-9);
     // The simulated task counts agree with the expected visits.
-    let (rec, _) = engine::run(&Model::build(&loaded, &Overrides { requests: Some(40_000), ..Default::default() }).unwrap());
+    let (rec, _) =
+        engine::run(&Model::build(&loaded, &Overrides { requests: Some(40_000), ..Default::default() }).unwrap());
     let searched = rec.fanout.iter().filter(|&&k| k == 4).count() as f64 / rec.fanout.len() as f64;
     // Binomial SE at p = 0.7, n = 40k is 0.0023.
     assert!((searched - 0.7).abs() < 0.01, "fraction fanning out to search: {searched}");
@@ -201,7 +207,8 @@ service_time = { kind = "fixed", value_ms = 0.05 }
     assert!((native.rps - 99.0 / 0.1904).abs() < 1e-6, "{}", native.rps);
     let s = engine::run(&native).0.summarize();
     assert!((s.throughput_rps / native.rps - 1.0).abs() < 0.02, "throughput {} vs {}", s.throughput_rps, native.rps);
-    let scaled = Model::build(&loaded, &Overrides { load: Some(LoadOverride::Rps(2000.0)), ..Default::default() }).unwrap();
+    let scaled =
+        Model::build(&loaded, &Overrides { load: Some(LoadOverride::Rps(2000.0)), ..Default::default() }).unwrap();
     let s = engine::run(&scaled).0.summarize();
     assert!((s.throughput_rps / 2000.0 - 1.0).abs() < 0.02, "scaled throughput {}", s.throughput_rps);
     let bad = dir.join("bad.csv");
@@ -214,7 +221,9 @@ service_time = { kind = "fixed", value_ms = 0.05 }
 
 #[test]
 fn sweeps_are_deterministic_whatever_the_thread_count() {
-    let loaded = Scenario::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/tailclipper-chain-trimodal.toml")).unwrap();
+    let loaded =
+        Scenario::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/tailclipper-chain-trimodal.toml"))
+            .unwrap();
     let ov = Overrides { requests: Some(1500), warmup: Some(100), ..Default::default() };
     let one = sweep::sweep(&loaded, &ov, 1).unwrap();
     let two = sweep::sweep(&loaded, &ov, 2).unwrap();
@@ -225,7 +234,10 @@ fn sweeps_are_deterministic_whatever_the_thread_count() {
         assert_eq!(serde_json::to_string(&a.summary).unwrap(), serde_json::to_string(&b.summary).unwrap());
     }
     // parallel_map keeps job order.
-    assert_eq!(parallel_map(&(0..100).collect::<Vec<u32>>(), 4, |x| x * 2), (0..100).map(|x| x * 2).collect::<Vec<_>>());
+    assert_eq!(
+        parallel_map(&(0..100).collect::<Vec<u32>>(), 4, |x| x * 2),
+        (0..100).map(|x| x * 2).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -262,7 +274,7 @@ fn tailguard_budgets_come_from_the_planner_or_a_rut_table() {
     );
     let table = Model::build(&Scenario::from_toml(&with_rut, &path).unwrap(), &Overrides::default()).unwrap();
     let slo = 800_000; // 0.8 ms
-    // RUT_Mastree lines 1, 10, 100: 0.219, 0.24685, 0.47235 ms (TailGuard Table II).
+                       // RUT_Mastree lines 1, 10, 100: 0.219, 0.24685, 0.47235 ms (TailGuard Table II).
     for (k, rut) in [(1u32, 219_000u64), (10, 246_850), (100, 472_350)] {
         assert_eq!(table.budgets.get(0, 0, k), Some(slo - rut), "fanout {k} from the table");
         let b = computed.budgets.get(0, 0, k).unwrap();

@@ -34,7 +34,8 @@ fn scale() -> u64 {
 /// Runs scenario text; returns the per-request records.
 fn simulate(toml: &str, requests: u64) -> Recorder {
     let loaded = Scenario::from_toml(toml, Path::new("oracle.toml")).unwrap_or_else(|e| panic!("{e}"));
-    let ov = Overrides { requests: Some(requests * scale()), warmup: Some(requests * scale() / 20), ..Default::default() };
+    let ov =
+        Overrides { requests: Some(requests * scale()), warmup: Some(requests * scale() / 20), ..Default::default() };
     let model = Model::build(&loaded, &ov).unwrap();
     tailor_sim::engine::run(&model).0
 }
@@ -48,7 +49,7 @@ fn arrival_order(rec: &Recorder) -> Vec<usize> {
 
 /// (estimate over all, standard error by batch means) of `stat` over batches
 /// of the values (in ms), taken in arrival order.
-fn batch_estimate(values_ms: &[f64], stat: impl Fn(&mut Vec<f64>) -> f64) -> (f64, f64) {
+fn batch_estimate(values_ms: &[f64], stat: impl Fn(&mut [f64]) -> f64) -> (f64, f64) {
     let size = values_ms.len() / BATCHES;
     let per_batch: Vec<f64> = (0..BATCHES).map(|b| stat(&mut values_ms[b * size..(b + 1) * size].to_vec())).collect();
     let mean = per_batch.iter().sum::<f64>() / BATCHES as f64;
@@ -57,12 +58,12 @@ fn batch_estimate(values_ms: &[f64], stat: impl Fn(&mut Vec<f64>) -> f64) -> (f6
     (overall, (var / BATCHES as f64).sqrt())
 }
 
-fn mean(v: &mut Vec<f64>) -> f64 {
+fn mean(v: &mut [f64]) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64
 }
 
-fn quantile(p: f64) -> impl Fn(&mut Vec<f64>) -> f64 {
-    move |v: &mut Vec<f64>| {
+fn quantile(p: f64) -> impl Fn(&mut [f64]) -> f64 {
+    move |v: &mut [f64]| {
         v.sort_by(f64::total_cmp);
         let ns: Vec<u64> = v.iter().map(|x| (x * 1e6) as u64).collect();
         quantile_sorted(&ns, p) as f64 / 1e6
@@ -77,8 +78,15 @@ fn latencies_ms(rec: &Recorder, keep: impl Fn(usize) -> bool) -> Vec<f64> {
 #[track_caller]
 fn assert_agrees(what: &str, (sim, se): (f64, f64), theory: f64, max_rel_se: f64) {
     eprintln!("{what}: sim {sim:.4} ± {se:.4} (1 SE), theory {theory:.4}, diff {:+.2}%", 100.0 * (sim / theory - 1.0));
-    assert!(se <= max_rel_se * theory, "{what}: interval too wide to be a test: SE {se:.4} > {max_rel_se} × {theory:.4}");
-    assert!((sim - theory).abs() <= Z * se, "{what}: sim {sim:.5} vs theory {theory:.5}: off by {:.1} SE", (sim - theory).abs() / se);
+    assert!(
+        se <= max_rel_se * theory,
+        "{what}: interval too wide to be a test: SE {se:.4} > {max_rel_se} × {theory:.4}"
+    );
+    assert!(
+        (sim - theory).abs() <= Z * se,
+        "{what}: sim {sim:.5} vs theory {theory:.5}: off by {:.1} SE",
+        (sim - theory).abs() / se
+    );
 }
 
 fn single_queue(cores: usize, policy: &str, service: &str, utilization: f64, seed: u64) -> String {
@@ -103,7 +111,12 @@ fn mm1_mean_and_p99() {
     let rec = simulate(&single_queue(1, r#"{ kind = "fifo" }"#, r#"{ kind = "exp", mean_ms = 1 }"#, 0.8, 11), 400_000);
     let lat = latencies_ms(&rec, |_| true);
     assert_agrees("M/M/1 mean", batch_estimate(&lat, mean), theory::mm1_mean_response(0.8, 1.0), 0.03);
-    assert_agrees("M/M/1 p99", batch_estimate(&lat, quantile(0.99)), theory::mm1_response_quantile(0.8, 1.0, 0.99), 0.03);
+    assert_agrees(
+        "M/M/1 p99",
+        batch_estimate(&lat, quantile(0.99)),
+        theory::mm1_response_quantile(0.8, 1.0, 0.99),
+        0.03,
+    );
 }
 
 #[test]
@@ -116,7 +129,12 @@ fn mmc_erlang_c_two_and_four_servers() {
             400_000,
         );
         let lat = latencies_ms(&rec, |_| true);
-        assert_agrees(&format!("M/M/{c} mean"), batch_estimate(&lat, mean), theory::mmc_mean_response(lambda, 1.0, c), 0.02);
+        assert_agrees(
+            &format!("M/M/{c} mean"),
+            batch_estimate(&lat, mean),
+            theory::mmc_mean_response(lambda, 1.0, c),
+            0.02,
+        );
         assert_agrees(
             &format!("M/M/{c} p99"),
             batch_estimate(&lat, quantile(0.99)),
@@ -134,12 +152,18 @@ fn orf_with_c_at_most_cores_is_global_fcfs_on_mmc() {
     let policy = r#"{ kind = "orf", c = 1, slice_us = 30 }"#;
     let rec = simulate(&single_queue(c as usize, policy, r#"{ kind = "exp", mean_ms = 1 }"#, 0.85, 23), 300_000);
     let lat = latencies_ms(&rec, |_| true);
-    assert_agrees("orf c=1 on M/M/3 mean", batch_estimate(&lat, mean), theory::mmc_mean_response(0.85 * 3.0, 1.0, c), 0.03);
+    assert_agrees(
+        "orf c=1 on M/M/3 mean",
+        batch_estimate(&lat, mean),
+        theory::mmc_mean_response(0.85 * 3.0, 1.0, c),
+        0.03,
+    );
 }
 
 #[test]
 fn md1_mean_pollaczek_khinchine() {
-    let rec = simulate(&single_queue(1, r#"{ kind = "fifo" }"#, r#"{ kind = "fixed", value_ms = 1 }"#, 0.7, 31), 300_000);
+    let rec =
+        simulate(&single_queue(1, r#"{ kind = "fifo" }"#, r#"{ kind = "fixed", value_ms = 1 }"#, 0.7, 31), 300_000);
     let lat = latencies_ms(&rec, |_| true);
     assert_agrees("M/D/1 mean", batch_estimate(&lat, mean), theory::md1_mean_response(0.7, 1.0), 0.02);
 }

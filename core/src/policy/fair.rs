@@ -135,7 +135,8 @@ impl Fair {
 
     /// A running job leaves its CPU; returns its vruntime.
     fn leave(&mut self, now: Nanos, id: JobId) -> Nanos {
-        let cpu = self.running.iter().position(|r| *r == Some(id)).unwrap_or_else(|| panic!("fair: job {id} is not running"));
+        let cpu =
+            self.running.iter().position(|r| *r == Some(id)).unwrap_or_else(|| panic!("fair: job {id} is not running"));
         let vruntime = self.slots[cpu].vruntime_at(now);
         self.running[cpu] = None;
         self.idle += 1;
@@ -277,7 +278,7 @@ mod tests {
         p.arrive(0, job(1));
         assert_eq!(p.next_tick(), None); // alone: nothing to decide
         p.arrive(1000, job(2)); // vruntime 1000, not 0
-        // 1 has had its slice; it is ahead of 2 one nanosecond later.
+                                // 1 has had its slice; it is ahead of 2 one nanosecond later.
         assert_eq!(p.next_tick(), Some(1001));
         p.tick(1001);
         assert_eq!(p.running(), [Some(2)]);

@@ -273,7 +273,8 @@ impl Orf {
     /// A running job leaves the policy (completion or block).
     #[inline]
     fn leave(&mut self, now: Nanos, id: JobId) {
-        let cpu = self.running.iter().position(|r| *r == Some(id)).unwrap_or_else(|| panic!("orf: job {id} is not running"));
+        let cpu =
+            self.running.iter().position(|r| *r == Some(id)).unwrap_or_else(|| panic!("orf: job {id} is not running"));
         let was_busy = !self.rr.is_empty();
         self.running[cpu] = None;
         self.idle += 1;

@@ -157,11 +157,7 @@ fn trim_ows_str(s: &str) -> &str {
 /// The list-members of `header`, trimmed, empty ones skipped, each with
 /// whether it is ours.
 fn members(header: &str) -> impl Iterator<Item = (&str, bool)> {
-    header
-        .split(',')
-        .map(trim_ows_str)
-        .filter(|m| !m.is_empty())
-        .map(|m| (m, our_value(m.as_bytes()).is_some()))
+    header.split(',').map(trim_ows_str).filter(|m| !m.is_empty()).map(|m| (m, our_value(m.as_bytes()).is_some()))
 }
 
 /// `header` (the outgoing request's `baggage`, if any) with our member set to

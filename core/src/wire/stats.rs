@@ -44,7 +44,9 @@ impl WireStats {
 
     /// Counts what [`clamp`](super::clamp) changed (one per clamped field).
     pub fn record_clamp(&self, c: &Clamped) {
-        for (n, counter) in [(c.gat_ahead, &self.gat_ahead), (c.gat_stale, &self.gat_stale), (c.deadline_early, &self.deadline_early)] {
+        for (n, counter) in
+            [(c.gat_ahead, &self.gat_ahead), (c.gat_stale, &self.gat_stale), (c.deadline_early, &self.deadline_early)]
+        {
             if n > 0 {
                 counter.fetch_add(1, Relaxed);
             }

@@ -100,7 +100,14 @@ func DecodeBaggage(header string) (d Decoded, found bool, err error) {
 	if len(header) > MaxBaggageLen {
 		return Decoded{}, false, ErrTooLong
 	}
-	switch count, raw := scan(header); count {
+	count, raw := scan(header)
+	return decodeMember(count, raw)
+}
+
+// decodeMember turns the outcome of scanning one or more baggage headers
+// (how many tailor members, and the first one's raw value) into a context.
+func decodeMember(count int, raw string) (Decoded, bool, error) {
+	switch count {
 	case 0:
 		return Decoded{}, false, nil
 	case 1:
@@ -195,17 +202,5 @@ func Extract(values func(name string) []string) (d Decoded, found bool, err erro
 		}
 		count += n
 	}
-	switch count {
-	case 0:
-		return Decoded{}, false, nil
-	case 1:
-		v, err := percentDecode(first)
-		if err != nil {
-			return Decoded{}, true, err
-		}
-		d, err := Decode(v)
-		return d, true, err
-	default:
-		return Decoded{}, true, ErrAmbiguous
-	}
+	return decodeMember(count, first)
 }
