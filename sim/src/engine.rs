@@ -84,9 +84,23 @@ struct Node {
     tick_at: Nanos,
 }
 
+/// A cooperative admission gate in front of a node (the runtime's
+/// cooperative backend): a non-preemptive policy with `c` "CPUs" whose running
+/// set is the set of tasks admitted to the node.
+struct Gate {
+    policy: AnyPolicy,
+    /// `policy.running()` as last applied.
+    admitted: Vec<Option<JobId>>,
+}
+
+/// `Task::gate` of a task whose service has no gate.
+const NO_GATE: u32 = u32::MAX;
+
 struct Task {
     act: u32,
     node: u32,
+    /// Index into `Engine::gates`, or `NO_GATE`.
+    gate: u32,
     remaining: Nanos,
     deadline: Nanos,
     started: bool,
@@ -199,6 +213,10 @@ struct Engine<'m> {
     heap: BinaryHeap<Event>,
     seq: u64,
     nodes: Vec<Node>,
+    /// Admission gates, one per service that has one.
+    gates: Vec<Gate>,
+    /// Gate of each service (`NO_GATE`: none).
+    service_gate: Vec<u32>,
     timers: NodeTimers,
     tasks: Slab<Task>,
     acts: Slab<Activation>,
@@ -218,18 +236,45 @@ struct Engine<'m> {
 
 impl<'m> Engine<'m> {
     fn new(m: &'m Model) -> Self {
-        let mut nodes = Vec::with_capacity(m.node_count);
+        // A node's policy seed depends on (service, instance) as before hosts
+        // existed, so adding hosts to the model changed no existing result.
+        let mut node_seed = vec![0u64; m.nodes.len()];
+        let mut seeded = vec![false; m.nodes.len()];
         for (si, s) in m.services.iter().enumerate() {
             for inst in 0..s.instances {
-                let node_seed = Rng::derive(m.seed, STREAM_POLICY + ((si as u64) << 20) + inst as u64).next_u64();
-                nodes.push(Node {
-                    policy: s.policy.build_any(s.cores, node_seed).expect("policy validated when the scenario loaded"),
-                    cpus: (0..s.cores).map(|_| Cpu { task: None, since: 0, done_at: NEVER }).collect(),
-                    context_switch: s.context_switch,
-                    tick_at: NEVER,
-                });
+                let n = s.first_node + inst;
+                if !seeded[n] {
+                    seeded[n] = true;
+                    node_seed[n] = Rng::derive(m.seed, STREAM_POLICY + ((si as u64) << 20) + inst as u64).next_u64();
+                }
             }
         }
+        let nodes: Vec<Node> = m
+            .nodes
+            .iter()
+            .zip(&node_seed)
+            .map(|(nm, &seed)| Node {
+                policy: nm.policy.build_any(nm.cores, seed).expect("policy validated when the scenario loaded"),
+                cpus: (0..nm.cores).map(|_| Cpu { task: None, since: 0, done_at: NEVER }).collect(),
+                context_switch: nm.context_switch,
+                tick_at: NEVER,
+            })
+            .collect();
+        let mut gates = Vec::new();
+        let service_gate = m
+            .services
+            .iter()
+            .map(|s| match &s.admit {
+                Some((order, c)) => {
+                    gates.push(Gate {
+                        policy: order.build_any(*c, 0).expect("gate order validated when the scenario loaded"),
+                        admitted: vec![None; *c],
+                    });
+                    (gates.len() - 1) as u32
+                }
+                None => NO_GATE,
+            })
+            .collect();
         Engine {
             m,
             now: 0,
@@ -237,6 +282,8 @@ impl<'m> Engine<'m> {
             seq: 0,
             timers: NodeTimers::new(nodes.len()),
             nodes,
+            gates,
+            service_gate,
             tasks: Slab::new(),
             acts: Slab::new(),
             reqs: Slab::new(),
@@ -403,8 +450,16 @@ impl<'m> Engine<'m> {
             let a = self.acts.get_mut(act);
             a.ideal_end = a.ideal_end.max(ideal_start + delay + demand);
             let node = (svc.first_node + inst as usize) as u32;
-            let task =
-                self.tasks.insert(Task { act, node, remaining: demand, deadline, started: false, preempted: false });
+            let gate = self.service_gate[st.service];
+            let task = self.tasks.insert(Task {
+                act,
+                node,
+                gate,
+                remaining: demand,
+                deadline,
+                started: false,
+                preempted: false,
+            });
             if delay == 0 {
                 self.on_deliver(task);
             } else {
@@ -416,11 +471,48 @@ impl<'m> Engine<'m> {
 
     fn on_deliver(&mut self, task: u32) {
         let t = self.tasks.get(task);
-        let node = t.node as usize;
+        let gate = t.gate;
+        let job = self.job(task);
+        if gate == NO_GATE {
+            self.enter_node(job);
+        } else {
+            self.gates[gate as usize].policy.arrive(self.now, job);
+            self.admit_from_gate(gate as usize);
+        }
+    }
+
+    fn job(&self, task: u32) -> Job {
+        let t = self.tasks.get(task);
         let r = self.reqs.get(self.acts.get(t.act).req);
-        let job = Job { id: task as u64, gat: r.gat, deadline: t.deadline, class: r.class };
+        Job { id: task as u64, gat: r.gat, deadline: t.deadline, class: r.class }
+    }
+
+    /// The task is runnable on its node's CPUs.
+    fn enter_node(&mut self, job: Job) {
+        let node = self.tasks.get(job.id as u32).node as usize;
         self.nodes[node].policy.arrive(self.now, job);
         self.sync(node, false);
+    }
+
+    /// Sends the tasks the gate newly admitted to their node. A gate policy is
+    /// non-preemptive: an admitted task stays admitted until it completes.
+    fn admit_from_gate(&mut self, gate: usize) {
+        let g = &mut self.gates[gate];
+        let mut newly = std::mem::take(&mut self.scratch);
+        newly.clear();
+        for (slot, &want) in g.admitted.iter_mut().zip(g.policy.running()) {
+            if *slot != want {
+                if let Some(id) = want {
+                    newly.push(id as u32);
+                }
+                *slot = want;
+            }
+        }
+        for &task in &newly {
+            let job = self.job(task);
+            self.enter_node(job);
+        }
+        self.scratch = newly;
     }
 
     /// The node's timer fired: one completion (lowest CPU first) or, if no
@@ -445,6 +537,14 @@ impl<'m> Engine<'m> {
         n.policy.complete(self.now, task as u64);
         self.sync(node, true);
         let t = self.tasks.remove(task);
+        if t.gate != NO_GATE {
+            let g = &mut self.gates[t.gate as usize];
+            g.policy.complete(self.now, task as u64);
+            if let Some(slot) = g.admitted.iter_mut().find(|s| **s == Some(task as u64)) {
+                *slot = None;
+            }
+            self.admit_from_gate(t.gate as usize);
+        }
         let a = self.acts.get_mut(t.act);
         a.pending -= 1;
         if a.pending == 0 {

@@ -16,13 +16,27 @@ use crate::scenario::{ArrivalSpec, DeadlineMode, FanoutSpec, LoadedScenario, Sce
 #[derive(Clone, Debug)]
 pub struct ServiceModel {
     pub name: String,
+    /// CPUs of each of its nodes (the host's, on a shared host).
     pub cores: usize,
     pub instances: usize,
+    /// The policy that schedules its tasks (the host's, on a shared host).
     pub policy: PolicySpec,
     pub service_time: Dist,
     pub context_switch: Nanos,
     /// Index of this service's first node; its instances are consecutive.
+    /// Services on one host share its node.
     pub first_node: usize,
+    /// Cooperative admission gate: (order, at most this many admitted).
+    pub admit: Option<(PolicySpec, usize)>,
+}
+
+/// A set of CPUs scheduled by one policy instance: a service instance's own
+/// node, or a host shared by several services.
+#[derive(Clone, Debug)]
+pub struct NodeModel {
+    pub cores: usize,
+    pub policy: PolicySpec,
+    pub context_switch: Nanos,
 }
 
 /// How many tasks a stage sends.
@@ -134,7 +148,8 @@ pub struct Model {
     pub infeasible: Vec<(u8, usize, u32)>,
     /// (r_th, window).
     pub admission: Option<(f64, Nanos)>,
-    pub node_count: usize,
+    /// Every node: service instances with CPUs of their own, then hosts.
+    pub nodes: Vec<NodeModel>,
 }
 
 /// Which load to run at, overriding the file's `[load]`.
@@ -175,19 +190,47 @@ impl Model {
             d.build(base).map_err(|e| model_err(file, format!("{what}: {e}")))
         };
 
-        let mut services = Vec::with_capacity(sc.services.len());
-        let mut node_count = 0;
+        // Nodes: each instance of a service with CPUs of its own, then one per host.
+        let mut nodes = Vec::new();
+        let mut first_node = Vec::with_capacity(sc.services.len());
         for s in &sc.services {
+            first_node.push(nodes.len());
+            if s.host.is_none() {
+                let policy = ov.policy.clone().or_else(|| s.policy.clone()).expect("validated: policy without host");
+                let node = NodeModel {
+                    cores: s.cores.unwrap_or(1),
+                    policy,
+                    context_switch: from_micros_f64(s.context_switch_us),
+                };
+                nodes.extend(std::iter::repeat_n(node, s.instances));
+            }
+        }
+        let mut host_node = HashMap::new();
+        for h in &sc.hosts {
+            host_node.insert(h.name.as_str(), nodes.len());
+            nodes.push(NodeModel {
+                cores: h.cores,
+                policy: ov.policy.clone().unwrap_or_else(|| h.policy.clone()),
+                context_switch: from_micros_f64(h.context_switch_us),
+            });
+        }
+        let mut services = Vec::with_capacity(sc.services.len());
+        for (i, s) in sc.services.iter().enumerate() {
+            let first = match &s.host {
+                Some(h) => host_node[h.as_str()],
+                None => first_node[i],
+            };
+            let node = &nodes[first];
             services.push(ServiceModel {
                 name: s.name.clone(),
-                cores: s.cores,
+                cores: node.cores,
                 instances: s.instances,
-                policy: ov.policy.clone().unwrap_or_else(|| s.policy.clone()),
+                policy: node.policy.clone(),
                 service_time: build_dist(&format!("service {:?} service_time", s.name), &s.service_time)?,
-                context_switch: from_micros_f64(s.context_switch_us),
-                first_node: node_count,
+                context_switch: node.context_switch,
+                first_node: first,
+                admit: s.admit.map(|a| (a.kind.policy(), a.c)),
             });
-            node_count += s.instances;
         }
 
         let service_idx: HashMap<&str, usize> =
@@ -257,11 +300,13 @@ impl Model {
 
         // Load: λ from rps, or from the utilization of the busiest service.
         let visits = expected_visits(&stages, &roots, services.len());
-        let work_per_request_per_core = services
-            .iter()
-            .enumerate()
-            .map(|(i, s)| visits[i] * s.service_time.mean_ns() / (s.instances * s.cores) as f64)
-            .fold(0.0f64, f64::max);
+        // Work per request per CPU of each node group: a service's own nodes,
+        // or a host with everything placed on it.
+        let mut work_at_node = vec![0.0f64; nodes.len()];
+        for (i, s) in services.iter().enumerate() {
+            work_at_node[s.first_node] += visits[i] * s.service_time.mean_ns() / (s.instances * s.cores) as f64;
+        }
+        let work_per_request_per_core = work_at_node.iter().copied().fold(0.0f64, f64::max);
         let load = ov.load.or(match (sc.load.rps, sc.load.utilization) {
             (Some(r), _) => Some(LoadOverride::Rps(r)),
             (_, Some(u)) => Some(LoadOverride::Utilization(u)),
@@ -326,7 +371,7 @@ impl Model {
             budgets: Budgets::default(),
             infeasible: Vec::new(),
             admission: sc.admission.as_ref().map(|a| (a.r_th, from_millis_f64(a.window_ms))),
-            node_count,
+            nodes,
         };
         model.plan_budgets(sc.deadlines.rut_file.as_ref().map(|f| base.join(f)).as_deref(), file)?;
         Ok(model)

@@ -36,6 +36,10 @@ pub struct Scenario {
     /// Interrupt-style OS noise on every CPU of every service.
     #[serde(default)]
     pub noise: Option<NoiseSpec>,
+    /// Machines whose CPUs several services share (e.g. a whole chain on one
+    /// node). Absent: every service instance has CPUs of its own.
+    #[serde(default, rename = "host")]
+    pub hosts: Vec<HostSpec>,
     #[serde(rename = "service")]
     pub services: Vec<ServiceSpec>,
     /// The call graph. Absent: a chain through the services in file order.
@@ -120,22 +124,96 @@ pub struct NoiseSpec {
     pub duration: DistSpec,
 }
 
-/// A service: `instances` identical nodes, each with `cores` CPUs scheduled by `policy`.
+/// A service: `instances` identical nodes, each with `cores` CPUs scheduled by
+/// `policy`; or, with `host`, one instance running on a shared host's CPUs.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceSpec {
     pub name: String,
-    #[serde(default = "one_usize")]
-    pub cores: usize,
+    /// CPUs per node (default 1). Not with `host`: the host has the CPUs.
+    #[serde(default)]
+    pub cores: Option<usize>,
     /// Identical nodes (e.g. the N task servers of a fan-out). Each has its own queue.
     #[serde(default = "one_usize")]
     pub instances: usize,
-    pub policy: PolicySpec,
+    /// The node's scheduler. Required without `host`; not allowed with it.
+    #[serde(default)]
+    pub policy: Option<PolicySpec>,
     /// CPU demand of one task at this service.
     pub service_time: DistSpec,
     /// CPU time lost each time a preempted task is dispatched again.
     #[serde(default)]
     pub context_switch_us: f64,
+    /// Run on this `[[host]]`'s CPUs, under the host's policy, together with
+    /// the other services placed there.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// A cooperative admission gate in front of the CPUs: at most `c` of this
+    /// service's tasks are on the CPUs at once, admitted in `kind` order; the
+    /// others wait in the gate (the runtime's cooperative backend).
+    #[serde(default)]
+    pub admit: Option<AdmitSpec>,
+}
+
+/// A machine whose CPUs are shared by the services placed on it; one policy
+/// instance schedules all of their tasks (a node-wide scheduler, or Linux's).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSpec {
+    pub name: String,
+    pub cores: usize,
+    pub policy: PolicySpec,
+    /// CPU time lost each time a preempted task is dispatched again.
+    #[serde(default)]
+    pub context_switch_us: f64,
+}
+
+/// `admit = { kind = "fifo", c = 2 }`: at most `c` admitted, in `kind` order.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AdmitSpec {
+    pub kind: AdmitOrder,
+    pub c: usize,
+}
+
+/// The order in which a gate admits waiting tasks. Only non-preemptive
+/// disciplines: a cooperative gate cannot take back an admission.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AdmitOrder {
+    /// Local arrival order: a local FIFO pool of `c` workers.
+    Fifo,
+    /// GAT order: the oldest request first (TailClipper's ORF, cooperatively).
+    Gfifo,
+    /// Earliest deadline first.
+    Edf,
+    /// Strict class priority.
+    Priq,
+    Lifo,
+}
+
+impl AdmitOrder {
+    /// The core policy that implements this order (built with `c` CPUs, its
+    /// running set is the admitted set).
+    pub fn policy(self) -> PolicySpec {
+        match self {
+            AdmitOrder::Fifo => PolicySpec::Fifo,
+            AdmitOrder::Gfifo => PolicySpec::Gfifo,
+            AdmitOrder::Edf => PolicySpec::Edf,
+            AdmitOrder::Priq => PolicySpec::Priq,
+            AdmitOrder::Lifo => PolicySpec::Lifo,
+        }
+    }
+}
+
+impl ServiceSpec {
+    /// The policy written in the file, or the host's.
+    pub fn effective_policy<'a>(&'a self, hosts: &'a [HostSpec]) -> Option<&'a PolicySpec> {
+        match &self.host {
+            Some(h) => hosts.iter().find(|x| &x.name == h).map(|x| &x.policy),
+            None => self.policy.as_ref(),
+        }
+    }
 }
 
 fn one_usize() -> usize {
@@ -389,22 +467,91 @@ impl Scenario {
         if self.services.is_empty() {
             p.push("no [[service]]: declare at least one service".into());
         }
+        let mut host_names = std::collections::HashSet::new();
+        for h in &self.hosts {
+            if !host_names.insert(h.name.as_str()) {
+                p.push(format!("[[host]] name = {:?} appears twice: host names must be unique", h.name));
+            }
+            if h.cores == 0 {
+                p.push(format!("host {:?}: cores = 0; give at least 1", h.name));
+            }
+            if let Err(e) = h.policy.validate() {
+                p.push(format!("host {:?}: {e}", h.name));
+            }
+            if !(h.context_switch_us.is_finite() && h.context_switch_us >= 0.0) {
+                p.push(format!("host {:?}: context_switch_us = {} must be ≥ 0", h.name, h.context_switch_us));
+            }
+            if !self.services.iter().any(|s| s.host.as_deref() == Some(h.name.as_str())) {
+                p.push(format!(
+                    "host {:?}: no service is placed on it; add `host = {:?}` to a [[service]] or remove it",
+                    h.name, h.name
+                ));
+            }
+        }
         let mut names: HashMap<&str, usize> = HashMap::new();
         for (i, s) in self.services.iter().enumerate() {
             if names.insert(&s.name, i).is_some() {
                 p.push(format!("[[service]] name = {:?} appears twice: service names must be unique", s.name));
             }
-            if s.cores == 0 {
-                p.push(format!("service {:?}: cores = 0; give at least 1", s.name));
-            }
             if s.instances == 0 {
                 p.push(format!("service {:?}: instances = 0; give at least 1", s.name));
             }
-            if let Err(e) = s.policy.validate() {
-                p.push(format!("service {:?}: {e}", s.name));
-            }
             if !(s.context_switch_us.is_finite() && s.context_switch_us >= 0.0) {
                 p.push(format!("service {:?}: context_switch_us = {} must be ≥ 0", s.name, s.context_switch_us));
+            }
+            match &s.host {
+                Some(h) => {
+                    if !host_names.contains(h.as_str()) {
+                        p.push(format!(
+                            "service {:?}: host {h:?} is not a declared [[host]]; declared hosts: {}",
+                            s.name,
+                            if self.hosts.is_empty() {
+                                "none".to_string()
+                            } else {
+                                self.hosts.iter().map(|x| x.name.as_str()).collect::<Vec<_>>().join(", ")
+                            }
+                        ));
+                    }
+                    if s.cores.is_some() || s.policy.is_some() || s.context_switch_us != 0.0 {
+                        p.push(format!(
+                            "service {:?}: on host {h:?} it uses the host's CPUs; remove `cores`, `policy` and `context_switch_us` (set them on the [[host]])",
+                            s.name
+                        ));
+                    }
+                    if s.instances != 1 {
+                        p.push(format!(
+                            "service {:?}: a service on a host has one instance; remove `instances`",
+                            s.name
+                        ));
+                    }
+                }
+                None => {
+                    if s.cores == Some(0) {
+                        p.push(format!("service {:?}: cores = 0; give at least 1", s.name));
+                    }
+                    match &s.policy {
+                        None => p.push(format!(
+                            "service {:?}: no `policy`; give one (e.g. policy = {{ kind = \"fifo\" }}) or place it on a [[host]] with `host = ...`",
+                            s.name
+                        )),
+                        Some(pol) => {
+                            if let Err(e) = pol.validate() {
+                                p.push(format!("service {:?}: {e}", s.name));
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(a) = &s.admit {
+                if a.c == 0 {
+                    p.push(format!("service {:?}: admit c = 0 would admit nothing; give at least 1", s.name));
+                }
+                if s.instances != 1 {
+                    p.push(format!(
+                        "service {:?}: `admit` gates a single instance; remove `instances` or `admit`",
+                        s.name
+                    ));
+                }
             }
         }
         let stage_names: HashMap<&str, &StageSpec> = self.stages.iter().map(|s| (s.name.as_str(), s)).collect();

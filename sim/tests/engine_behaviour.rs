@@ -289,3 +289,94 @@ fn tailguard_budgets_come_from_the_planner_or_a_rut_table() {
     let t = Model::build(&Scenario::from_toml(&slo_mode, &path).unwrap(), &Overrides::default()).unwrap();
     assert_eq!(t.budgets.get(0, 0, 100), Some(slo));
 }
+
+fn load_err(toml: &str) -> String {
+    match tailor_sim::scenario::Scenario::from_toml(toml, std::path::Path::new("bad.toml")) {
+        Ok(_) => panic!("scenario should be rejected:\n{toml}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn hosts_and_gates_reject_bad_placement_with_the_fix() {
+    let e = load_err(
+        r#"
+name = "x"
+[load]
+rps = 1
+[[service]]
+name = "a"
+host = "nowhere"
+policy = { kind = "fifo" }
+service_time = { kind = "fixed", value_ms = 1 }
+"#,
+    );
+    assert!(e.contains("host \"nowhere\" is not a declared [[host]]"), "{e}");
+    assert!(e.contains("remove `cores`, `policy`"), "{e}");
+    let e = load_err(
+        r#"
+name = "x"
+[load]
+rps = 1
+[[service]]
+name = "a"
+service_time = { kind = "fixed", value_ms = 1 }
+"#,
+    );
+    assert!(e.contains("no `policy`"), "{e}");
+    let e = load_err(
+        r#"
+name = "x"
+[load]
+rps = 1
+[[host]]
+name = "h"
+cores = 2
+policy = { kind = "fair" }
+[[service]]
+name = "a"
+host = "h"
+admit = { kind = "orf", c = 2 }
+service_time = { kind = "fixed", value_ms = 1 }
+"#,
+    );
+    assert!(e.contains("unknown variant `orf`") && e.contains("gfifo"), "{e}");
+}
+
+#[test]
+fn a_service_alone_on_a_host_is_the_same_as_a_service_with_its_own_cpus() {
+    let own = r#"
+name = "x"
+seed = 5
+requests = 20000
+[load]
+utilization = 0.8
+[[service]]
+name = "a"
+cores = 2
+policy = { kind = "orf", c = 6, slice_us = 30 }
+service_time = { kind = "exp", mean_ms = 1 }
+"#;
+    let hosted = r#"
+name = "x"
+seed = 5
+requests = 20000
+[load]
+utilization = 0.8
+[[host]]
+name = "h"
+cores = 2
+policy = { kind = "orf", c = 6, slice_us = 30 }
+[[service]]
+name = "a"
+host = "h"
+service_time = { kind = "exp", mean_ms = 1 }
+"#;
+    let run = |t: &str| {
+        let loaded = tailor_sim::scenario::Scenario::from_toml(t, std::path::Path::new("x.toml")).unwrap();
+        let m = tailor_sim::model::Model::build(&loaded, &Default::default()).unwrap();
+        assert!((m.utilization - 0.8).abs() < 1e-9);
+        tailor_sim::engine::run(&m).0.latency
+    };
+    assert_eq!(run(own), run(hosted));
+}

@@ -250,3 +250,77 @@ name = "bronze"
         assert_agrees(&format!("Cobham class {c} mean"), batch_estimate(&lat, mean), want, 0.03);
     }
 }
+
+#[test]
+fn chain_on_one_shared_host_is_bcmp_product_form() {
+    // Three stages, each Exp(1 ms), all on one 2-CPU FCFS host: a BCMP network
+    // with class switching (stage = class) and the same exponential rate for
+    // every class at the FCFS node, so it has product form and each visit sees
+    // an M/M/2 queue at the total rate 3λ. Mean end-to-end = 3 · M/M/2 mean.
+    // This is what a whole chain on one machine (the `tailor demo` setup) is.
+    let util = 0.75; // of the host: λ · 3 visits · 1 ms / 2 CPUs
+    let lambda = util * 2.0 / 3.0; // per ms
+    let toml = format!(
+        r#"
+name = "shared-host"
+seed = 31
+[load]
+utilization = {util}
+[[host]]
+name = "node"
+cores = 2
+policy = {{ kind = "fifo" }}
+[[service]]
+name = "a"
+host = "node"
+service_time = {{ kind = "exp", mean_ms = 1 }}
+[[service]]
+name = "b"
+host = "node"
+service_time = {{ kind = "exp", mean_ms = 1 }}
+[[service]]
+name = "c"
+host = "node"
+service_time = {{ kind = "exp", mean_ms = 1 }}
+"#
+    );
+    let rec = simulate(&toml, 300_000);
+    let lat = latencies_ms(&rec, |_| true);
+    assert_agrees(
+        "3-stage chain on a shared M/M/2 host, mean",
+        batch_estimate(&lat, mean),
+        3.0 * theory::mmc_mean_response(3.0 * lambda, 1.0, 2),
+        0.03,
+    );
+}
+
+#[test]
+fn admission_gate_of_one_on_a_two_cpu_host_is_mm1() {
+    // The gate admits one task at a time, so the host's second CPU never helps:
+    // the service is an M/M/1 queue (the gate is the queue), whatever the
+    // host's own policy — here processor sharing, which alone would be M/M/2-PS.
+    let toml = r#"
+name = "gate"
+seed = 32
+[load]
+rps = 800
+[[host]]
+name = "node"
+cores = 2
+policy = { kind = "ps", slice_us = 1 }
+[[service]]
+name = "q"
+host = "node"
+admit = { kind = "fifo", c = 1 }
+service_time = { kind = "exp", mean_ms = 1 }
+"#;
+    let rec = simulate(toml, 400_000);
+    let lat = latencies_ms(&rec, |_| true);
+    assert_agrees("gate c=1 on 2 CPUs, mean", batch_estimate(&lat, mean), theory::mm1_mean_response(0.8, 1.0), 0.03);
+    assert_agrees(
+        "gate c=1 on 2 CPUs, p99",
+        batch_estimate(&lat, quantile(0.99)),
+        theory::mm1_response_quantile(0.8, 1.0, 0.99),
+        0.05,
+    );
+}

@@ -440,7 +440,8 @@ fn default_series(sc: &Scenario, kind: FigureKind) -> Vec<SeriesSpec> {
         _ => sc.sweep.as_ref().map(|s| s.policies.clone()).unwrap_or_default(),
     };
     if policies.is_empty() {
-        let mut labels: Vec<String> = sc.services.iter().map(|s| policy_label(&s.policy)).collect();
+        let mut labels: Vec<String> =
+            sc.services.iter().filter_map(|s| s.effective_policy(&sc.hosts)).map(policy_label).collect();
         labels.dedup();
         return vec![SeriesSpec { label: labels.join("+"), policy: None, set: Default::default(), vary_scale: None }];
     }
@@ -645,8 +646,8 @@ pub fn run_record(model: &Model) -> RunRecord {
         f64::NAN
     };
 
-    let cpus: usize = model.services.iter().map(|s| s.cores * s.instances).sum();
-    let cs = model.services.iter().map(|s| s.context_switch).max().unwrap_or(0);
+    let cpus: usize = model.nodes.iter().map(|n| n.cores).sum();
+    let cs = model.nodes.iter().map(|n| n.context_switch).max().unwrap_or(0);
     let switch_cpu_pct =
         100.0 * stats.preemptions as f64 * cs as f64 / (stats.end_time.max(1) as f64 * cpus.max(1) as f64);
 
