@@ -2,10 +2,30 @@
 # Simulator speed, single-threaded: events/s on the M/M/c FIFO scenario and on
 # the three-tier orf chain, median of 5 runs each, run back to back so both see
 # the same machine. Usage: bash benches/sim_speed.sh
+#
+# `bash benches/sim_speed.sh --callgrind` instead counts instructions per event
+# inside `tailor_sim::engine::run` with valgrind (repeatable on a noisy machine;
+# shorter runs: 200,000 M/M/4 requests, 2,000 chain requests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p tailor-cli
 tailor=target/release/tailor
+
+if [[ "${1:-}" == "--callgrind" ]]; then
+  instructions_per_event() { # args: tailor sim arguments
+    local out ir events
+    out=$(mktemp)
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null --toggle-collect='tailor_sim::engine::run' \
+      "$tailor" sim "$@" --json "$out.json" >/dev/null 2>"$out"
+    ir=$(grep -o 'Collected : [0-9]*' "$out" | awk '{print $3}')
+    events=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["runs"][0]["events"])' "$out.json")
+    rm -f "$out" "$out.json"
+    awk -v i="$ir" -v e="$events" 'BEGIN{printf "%d instructions, %d events, %.1f instructions/event\n", i, e, i/e}'
+  }
+  echo "M/M/4 FIFO:  $(instructions_per_event scenarios/mmc-fifo.toml --single --requests 200000 --warmup 0)"
+  echo "orf chain:   $(instructions_per_event scenarios/tailclipper-chain-exp.toml --single --rps 270 --policy orf --requests 2000 --warmup 200)"
+  exit 0
+fi
 
 median_rate() { # args: tailor sim arguments; prints "median_events/s events requests/s"
   local rates=() out

@@ -27,20 +27,20 @@ const STREAM_REQUEST: u64 = 1 << 32;
 
 #[derive(Clone, Copy, Debug)]
 enum EvKind {
-    Arrival,
     /// A task reaches its node after the network delay.
-    Deliver {
-        task: u32,
-    },
+    Deliver { task: u32 },
     /// An interrupt steals the CPU.
-    Noise {
-        node: u32,
-        cpu: u32,
-    },
+    Noise { node: u32, cpu: u32 },
     /// The response reaches the edge.
-    Respond {
-        req: u32,
-    },
+    Respond { req: u32 },
+}
+
+/// Where the next event comes from.
+#[derive(Clone, Copy)]
+enum Source {
+    Arrival,
+    Heap,
+    Timer,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -96,6 +96,7 @@ struct Gate {
 /// `Task::gate` of a task whose service has no gate.
 const NO_GATE: u32 = u32::MAX;
 
+#[derive(Clone, Copy)]
 struct Task {
     act: u32,
     node: u32,
@@ -103,11 +104,18 @@ struct Task {
     gate: u32,
     remaining: Nanos,
     deadline: Nanos,
+    /// The request's GAT and class, copied here so that building the task's
+    /// `Job` and its first dispatch need no lookup of the activation and request.
+    gat: Nanos,
+    class: u8,
+    /// The task belongs to a measured request.
+    measured: bool,
     started: bool,
     preempted: bool,
 }
 
 /// One activation of a stage: its tasks join here.
+#[derive(Clone, Copy)]
 struct Activation {
     req: u32,
     stage: u32,
@@ -127,39 +135,74 @@ struct Request {
 }
 
 /// A vector with a free list: stable small indices, no allocation in steady state.
+/// A freed slot keeps its stale value until reused (no `Option` to test on
+/// every access); debug builds check that only live slots are touched.
 struct Slab<T> {
-    items: Vec<Option<T>>,
+    items: Vec<T>,
     free: Vec<u32>,
+    #[cfg(debug_assertions)]
+    live: Vec<bool>,
 }
 
 impl<T> Slab<T> {
     fn new() -> Self {
-        Slab { items: Vec::new(), free: Vec::new() }
+        Slab {
+            items: Vec::new(),
+            free: Vec::new(),
+            #[cfg(debug_assertions)]
+            live: Vec::new(),
+        }
     }
+    #[inline]
     fn insert(&mut self, v: T) -> u32 {
-        match self.free.pop() {
+        let i = match self.free.pop() {
             Some(i) => {
-                self.items[i as usize] = Some(v);
+                self.items[i as usize] = v;
                 i
             }
             None => {
-                self.items.push(Some(v));
+                self.items.push(v);
+                #[cfg(debug_assertions)]
+                self.live.push(false);
                 (self.items.len() - 1) as u32
             }
+        };
+        #[cfg(debug_assertions)]
+        {
+            self.live[i as usize] = true;
         }
+        i
     }
-    fn remove(&mut self, i: u32) -> T {
-        let v = self.items[i as usize].take().expect("slab slot in use");
+    /// Frees slot `i`; read what you need from it first.
+    #[inline]
+    fn free(&mut self, i: u32) {
+        #[cfg(debug_assertions)]
+        {
+            assert!(self.live[i as usize], "slab slot {i} freed twice");
+            self.live[i as usize] = false;
+        }
         self.free.push(i);
-        v
     }
     #[inline]
     fn get(&self, i: u32) -> &T {
-        self.items[i as usize].as_ref().expect("slab slot in use")
+        #[cfg(debug_assertions)]
+        assert!(self.live[i as usize], "slab slot {i} not in use");
+        &self.items[i as usize]
     }
     #[inline]
     fn get_mut(&mut self, i: u32) -> &mut T {
-        self.items[i as usize].as_mut().expect("slab slot in use")
+        #[cfg(debug_assertions)]
+        assert!(self.live[i as usize], "slab slot {i} not in use");
+        &mut self.items[i as usize]
+    }
+}
+
+impl<T: Copy> Slab<T> {
+    #[inline]
+    fn remove(&mut self, i: u32) -> T {
+        let v = *self.get(i);
+        self.free(i);
+        v
     }
 }
 
@@ -185,9 +228,18 @@ impl Arrivals {
                 g
             }
         } + self.carry;
-        let whole = gap.floor();
-        self.carry = gap - whole;
-        whole as Nanos
+        // `floor` is a libm call on baseline x86-64. For the non-negative gaps
+        // below 2^53, truncating through i64 (one instruction each way) gives
+        // the same value; anything else takes the old path.
+        if (0.0..9.0e15).contains(&gap) {
+            let whole = gap as i64;
+            self.carry = gap - whole as f64;
+            whole as Nanos
+        } else {
+            let whole = gap.floor();
+            self.carry = gap - whole;
+            whole as Nanos
+        }
     }
 }
 
@@ -210,6 +262,9 @@ pub fn run(model: &Model) -> (Recorder, RunStats) {
 struct Engine<'m> {
     m: &'m Model,
     now: Nanos,
+    /// The next arrival's (time, seq): there is only ever one pending, so it
+    /// lives here instead of in the heap (same order: time, then seq).
+    next_arrival: (Nanos, u64),
     heap: BinaryHeap<Event>,
     seq: u64,
     nodes: Vec<Node>,
@@ -278,6 +333,7 @@ impl<'m> Engine<'m> {
         Engine {
             m,
             now: 0,
+            next_arrival: (NEVER, 0),
             heap: BinaryHeap::with_capacity(1024),
             seq: 0,
             timers: NodeTimers::new(nodes.len()),
@@ -314,8 +370,14 @@ impl<'m> Engine<'m> {
         self.heap.push(Event { time, seq: self.seq, kind });
     }
 
+    #[inline]
+    fn schedule_arrival(&mut self, time: Nanos) {
+        self.seq += 1;
+        self.next_arrival = (time, self.seq);
+    }
+
     fn run(mut self) -> (Recorder, RunStats) {
-        self.push(0, EvKind::Arrival);
+        self.schedule_arrival(0);
         if let Some((rate, _)) = &self.m.noise {
             for n in 0..self.nodes.len() {
                 for c in 0..self.nodes[n].cpus.len() {
@@ -325,29 +387,40 @@ impl<'m> Engine<'m> {
             }
         }
         while self.measured_left > 0 {
-            // The next event is the earlier of the event heap's and the node timers'.
-            let timer = self.timers.peek();
-            let from_heap = match (self.heap.peek(), timer) {
-                (Some(e), Some((t, s, _))) => (e.time, e.seq) < (t, s),
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                (None, None) => break,
-            };
-            if from_heap {
-                let ev = self.heap.pop().expect("peeked");
-                debug_assert!(ev.time >= self.now, "time went backwards");
-                self.now = ev.time;
-                match ev.kind {
-                    EvKind::Arrival => self.on_arrival(),
-                    EvKind::Deliver { task } => self.on_deliver(task),
-                    EvKind::Noise { node, cpu } => self.on_noise(node as usize, cpu as usize),
-                    EvKind::Respond { req } => self.on_respond(req),
+            // The next event is the earliest, by (time, seq), of the pending
+            // arrival, the node timers' top and the event heap's top.
+            let (t, s, node) = self.timers.peek_raw();
+            let mut from = if self.next_arrival < (t, s) { Source::Arrival } else { Source::Timer };
+            if let Some(e) = self.heap.peek() {
+                let best = if let Source::Arrival = from { self.next_arrival } else { (t, s) };
+                if (e.time, e.seq) < best {
+                    from = Source::Heap;
                 }
-            } else {
-                let (t, _, node) = timer.expect("peeked");
-                debug_assert!(t >= self.now, "time went backwards");
-                self.now = t;
-                self.on_node_timer(node);
+            }
+            match from {
+                Source::Arrival => {
+                    debug_assert!(self.next_arrival.0 >= self.now, "time went backwards");
+                    self.now = self.next_arrival.0;
+                    self.on_arrival();
+                }
+                Source::Timer => {
+                    if t == NEVER {
+                        break; // nothing pending anywhere
+                    }
+                    debug_assert!(t >= self.now, "time went backwards");
+                    self.now = t;
+                    self.on_node_timer(node);
+                }
+                Source::Heap => {
+                    let ev = self.heap.pop().expect("peeked");
+                    debug_assert!(ev.time >= self.now, "time went backwards");
+                    self.now = ev.time;
+                    match ev.kind {
+                        EvKind::Deliver { task } => self.on_deliver(task),
+                        EvKind::Noise { node, cpu } => self.on_noise(node as usize, cpu as usize),
+                        EvKind::Respond { req } => self.on_respond(req),
+                    }
+                }
             }
             self.stats.events += 1;
         }
@@ -360,7 +433,7 @@ impl<'m> Engine<'m> {
         let index = self.arrivals.next_index;
         self.arrivals.next_index += 1;
         let gap = self.arrivals.next_gap();
-        self.push(self.now + gap, EvKind::Arrival);
+        self.schedule_arrival(self.now + gap);
 
         let mut rng = Rng::derive(self.m.seed, STREAM_REQUEST + index);
         let class = if self.m.classes.len() == 1 {
@@ -414,6 +487,7 @@ impl<'m> Engine<'m> {
         let st = &m.stages[stage];
         let svc = &m.services[st.service];
         let r = self.reqs.get_mut(req);
+        let (gat, measured) = (r.gat, self.measured.contains(&r.index));
         let k = match &st.fanout {
             Fanout::Fixed(k) => *k,
             Fanout::Table { values, cumulative } => {
@@ -424,12 +498,13 @@ impl<'m> Engine<'m> {
         r.fanout = r.fanout.max(k);
         r.outstanding += 1;
         let class = r.class;
-        // k distinct instances out of `instances` (partial Fisher–Yates).
-        let mut chosen = std::mem::take(&mut self.scratch);
-        chosen.clear();
-        if svc.instances == 1 {
-            chosen.push(0);
-        } else {
+        // k distinct instances out of `instances` (partial Fisher–Yates); a
+        // single-instance service needs no list (the common case: no scratch).
+        let single = svc.instances == 1;
+        let mut chosen = Vec::new();
+        if !single {
+            chosen = std::mem::take(&mut self.scratch);
+            chosen.clear();
             chosen.extend(0..svc.instances as u32);
             for i in 0..k as usize {
                 let j = i + r.rng.below((svc.instances - i) as u64) as usize;
@@ -442,7 +517,9 @@ impl<'m> Engine<'m> {
             None => NEVER,
         };
         let act = self.acts.insert(Activation { req, stage: stage as u32, pending: k, ideal_end: ideal_start });
-        for &inst in &chosen {
+        let gate = self.service_gate[st.service];
+        let instances: &[u32] = if single { &[0] } else { &chosen };
+        for &inst in instances {
             let r = self.reqs.get_mut(req);
             let demand = svc.service_time.sample_ns(&mut r.rng);
             let delay = m.network.as_ref().map_or(0, |d| d.sample_ns(&mut r.rng));
@@ -450,13 +527,15 @@ impl<'m> Engine<'m> {
             let a = self.acts.get_mut(act);
             a.ideal_end = a.ideal_end.max(ideal_start + delay + demand);
             let node = (svc.first_node + inst as usize) as u32;
-            let gate = self.service_gate[st.service];
             let task = self.tasks.insert(Task {
                 act,
                 node,
                 gate,
                 remaining: demand,
                 deadline,
+                gat,
+                class,
+                measured,
                 started: false,
                 preempted: false,
             });
@@ -466,7 +545,9 @@ impl<'m> Engine<'m> {
                 self.push(self.now + delay, EvKind::Deliver { task });
             }
         }
-        self.scratch = chosen;
+        if !single {
+            self.scratch = chosen;
+        }
     }
 
     fn on_deliver(&mut self, task: u32) {
@@ -481,17 +562,31 @@ impl<'m> Engine<'m> {
         }
     }
 
+    #[inline]
     fn job(&self, task: u32) -> Job {
         let t = self.tasks.get(task);
-        let r = self.reqs.get(self.acts.get(t.act).req);
-        Job { id: task as u64, gat: r.gat, deadline: t.deadline, class: r.class }
+        Job { id: task as u64, gat: t.gat, deadline: t.deadline, class: t.class }
     }
 
     /// The task is runnable on its node's CPUs.
     fn enter_node(&mut self, job: Job) {
         let node = self.tasks.get(job.id as u32).node as usize;
-        self.nodes[node].policy.arrive(self.now, job);
-        self.sync(node, false);
+        let n = &mut self.nodes[node];
+        if let AnyPolicy::Queue(_) = n.policy {
+            // A non-preemptive queue changes at most one CPU on `arrive`: the
+            // lowest idle one, if any (`NonPreemptive` documents this). With
+            // every CPU busy the job waits and nothing changes; otherwise
+            // only that CPU needs syncing.
+            let idle = n.cpus.iter().position(|c| c.task.is_none());
+            n.policy.arrive(self.now, job);
+            if let Some(cpu) = idle {
+                self.sync_cpu(node, cpu, false);
+            }
+            self.debug_check_synced(node);
+        } else {
+            n.policy.arrive(self.now, job);
+            self.sync(node, false);
+        }
     }
 
     /// Sends the tasks the gate newly admitted to their node. A gate policy is
@@ -535,7 +630,13 @@ impl<'m> Engine<'m> {
         let task = n.cpus[cpu].task.take().expect("completion on a busy CPU") as u32;
         n.cpus[cpu].done_at = NEVER;
         n.policy.complete(self.now, task as u64);
-        self.sync(node, true);
+        if let AnyPolicy::Queue(_) = n.policy {
+            // A non-preemptive queue refills only the CPU the job left.
+            self.sync_cpu(node, cpu, true);
+            self.debug_check_synced(node);
+        } else {
+            self.sync(node, true);
+        }
         let t = self.tasks.remove(task);
         if t.gate != NO_GATE {
             let g = &mut self.gates[t.gate as usize];
@@ -587,11 +688,12 @@ impl<'m> Engine<'m> {
     }
 
     fn on_respond(&mut self, req: u32) {
-        let r = self.reqs.remove(req);
+        let r = self.reqs.get(req);
         if self.measured.contains(&r.index) {
             self.rec.record(r.gat, self.now, r.ideal_end, r.class, r.fanout, r.demand);
             self.measured_left -= 1;
         }
+        self.reqs.free(req);
         self.in_flight -= 1;
         if let Some(next) = self.edge_queue.pop_front() {
             self.start(next);
@@ -649,25 +751,9 @@ impl<'m> Engine<'m> {
                     continue;
                 }
                 let t = self.tasks.get_mut(id as u32);
-                if t.preempted {
-                    t.remaining += n.context_switch;
-                    t.preempted = false;
-                }
-                if !t.started {
-                    t.started = true;
-                    let missed = now > t.deadline;
-                    let act = self.acts.get(t.act);
-                    let r = self.reqs.get(act.req);
-                    if self.measured.contains(&r.index) {
-                        self.rec.task_dequeued(missed);
-                    }
-                    if let Some(ac) = &mut self.admission {
-                        ac.record_task(now, missed);
-                    }
-                }
+                c.done_at = dispatch(t, now, n.context_switch, &mut self.rec, &mut self.admission);
                 c.task = Some(id);
                 c.since = now;
-                c.done_at = now + t.remaining;
             }
         }
         // A policy must move its next tick past `now` after a tick; clamping
@@ -677,6 +763,59 @@ impl<'m> Engine<'m> {
             n.tick_at = tick_at;
             self.update_timer(node);
         }
+    }
+
+    /// `sync` for a policy that can only have changed `cpu`'s assignment
+    /// (a non-preemptive queue): the same effects, without visiting the
+    /// other CPUs. A queue never preempts and never ticks.
+    fn sync_cpu(&mut self, node: usize, cpu: usize, force_timer: bool) {
+        let now = self.now;
+        let timer = self.timers.get(node);
+        let n = &mut self.nodes[node];
+        let want = n.policy.running()[cpu];
+        let c = &mut n.cpus[cpu];
+        if c.task == want {
+            if force_timer {
+                self.update_timer(node);
+            }
+            return;
+        }
+        debug_assert!(c.task.is_none(), "a non-preemptive policy took a CPU from a running task");
+        debug_assert!(n.policy.next_tick().is_none(), "a non-preemptive policy asked for a tick");
+        let Some(id) = want else {
+            // Unreachable for a queue (an empty CPU stays empty unless given
+            // a job); handled like `sync` would.
+            c.task = None;
+            c.done_at = NEVER;
+            self.update_timer(node);
+            return;
+        };
+        let t = self.tasks.get_mut(id as u32);
+        let done = dispatch(t, now, n.context_switch, &mut self.rec, &mut self.admission);
+        let c = &mut n.cpus[cpu];
+        c.task = Some(id);
+        c.since = now;
+        c.done_at = done;
+        if force_timer {
+            self.update_timer(node);
+        } else if done < timer {
+            self.seq += 1;
+            self.timers.set(node, done, self.seq);
+        }
+    }
+
+    /// Debug builds: the fast path left the node exactly as `sync` would.
+    #[inline]
+    fn debug_check_synced(&self, node: usize) {
+        #[cfg(debug_assertions)]
+        {
+            let n = &self.nodes[node];
+            let applied: Vec<Option<JobId>> = n.cpus.iter().map(|c| c.task).collect();
+            assert_eq!(applied.as_slice(), n.policy.running(), "node {node}: fast sync missed a CPU change");
+            let next = n.cpus.iter().fold(n.tick_at, |t, c| t.min(c.done_at));
+            assert_eq!(self.timers.get(node), next, "node {node}: timer out of date");
+        }
+        let _ = node;
     }
 
     /// Points the node's timer at its earliest completion or tick.
@@ -689,4 +828,31 @@ impl<'m> Engine<'m> {
             self.timers.set(node, next, self.seq);
         }
     }
+}
+
+/// A task gets a CPU: pays the context switch if it was preempted, counts its
+/// first dispatch (deadline met or missed). Returns when it would complete.
+#[inline]
+fn dispatch(
+    t: &mut Task,
+    now: Nanos,
+    context_switch: Nanos,
+    rec: &mut Recorder,
+    admission: &mut Option<AdmissionController>,
+) -> Nanos {
+    if t.preempted {
+        t.remaining += context_switch;
+        t.preempted = false;
+    }
+    if !t.started {
+        t.started = true;
+        let missed = now > t.deadline;
+        if t.measured {
+            rec.task_dequeued(missed);
+        }
+        if let Some(ac) = admission {
+            ac.record_task(now, missed);
+        }
+    }
+    now + t.remaining
 }

@@ -36,14 +36,30 @@ impl NodeTimers {
         (t != Nanos::MAX).then_some((t, s, n as usize))
     }
 
-    /// Sets `node`'s timer (`Nanos::MAX` unsets it).
+    /// The earliest timer as (time, seq, node), with time `Nanos::MAX` when
+    /// every timer is unset: one comparison less for the engine's loop.
     #[inline]
+    pub fn peek_raw(&self) -> (Nanos, u64, usize) {
+        match self.heap.first() {
+            Some(&n) => {
+                let (t, s) = self.key[n as usize];
+                (t, s, n as usize)
+            }
+            None => (Nanos::MAX, 0, 0),
+        }
+    }
+
+    /// Sets `node`'s timer (`Nanos::MAX` unsets it).
+    #[inline(always)]
     pub fn set(&mut self, node: usize, time: Nanos, seq: u64) {
         let old = self.key[node];
         if old.0 == time {
             return; // keep the original tie-break order
         }
         self.key[node] = (time, seq);
+        if self.heap.len() == 1 {
+            return; // a single node: nothing to reorder
+        }
         let i = self.pos[node] as usize;
         if (time, seq) < old {
             self.sift_up(i);

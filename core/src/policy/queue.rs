@@ -87,6 +87,11 @@ impl Waiting {
 
 /// A central queue in one of the [`Discipline`] orders; jobs run to completion
 /// (or until they block) once dispatched.
+///
+/// Each call changes at most one entry of `running()`: `arrive` and `wake`
+/// fill the lowest idle CPU (if any, else the job waits), `complete` and
+/// `block` refill only the CPU the job left. The simulator relies on this to
+/// sync one CPU instead of diffing them all; keep it true.
 pub struct NonPreemptive {
     name: &'static str,
     running: Vec<Option<JobId>>,
