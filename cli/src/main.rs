@@ -1,6 +1,11 @@
 //! `tailor`: one command over Tailor's parts. Today: the simulator and the
 //! reproduction of the seeds' evaluations.
 
+mod agent;
+mod demo;
+mod fanout;
+mod ladder;
+mod node;
 mod reproduce;
 mod sim;
 
@@ -19,6 +24,23 @@ enum Command {
     Sim(sim::SimArgs),
     /// Rerun the seed papers' evaluations and regenerate docs/reproduction.md.
     Reproduce(reproduce::ReproduceArgs),
+    /// Run a real N-tier chain on loopback under every scheduling mode, side by side (docs/demo.md).
+    Demo(demo::DemoArgs),
+    /// TailGuard on real sockets: the fan-out demo and R_th calibration (docs/fanout.md).
+    Fanout(fanout::FanoutArgs),
+    /// Node agent: tiers that fence best-effort load from latency-critical work (docs/node.md).
+    Node(node::NodeArgs),
+    /// The kernel-enforced runtime's node agent: one policy for every service on this node (docs/runtime.md).
+    Agent(agent::AgentArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Probe p99 under 0/1/2/4/8 best-effort spinners: stock vs the node agent enforcing.
+    Ladder(ladder::LadderArgs),
 }
 
 fn main() {
@@ -26,6 +48,11 @@ fn main() {
     let result = match cli.command {
         Command::Sim(args) => sim::main(args),
         Command::Reproduce(args) => reproduce::main(args),
+        Command::Node(args) => node::main(args),
+        Command::Bench(BenchCommand::Ladder(args)) => ladder::main(args),
+        Command::Demo(args) => demo::main(args),
+        Command::Fanout(args) => fanout::main(args),
+        Command::Agent(args) => agent::main(args),
     };
     if let Err(e) = result {
         eprintln!("tailor: {e}");

@@ -2,16 +2,39 @@
 //!
 //! The paper found the SLOs still hold when a small share of tasks (< 2% in
 //! its tests) miss their queuing deadlines, so the query handler tracks the
-//! ratio of tasks that missed over a moving time window and rejects new
-//! queries while it exceeds R_th. The window is a ring of
-//! [`SUB_WINDOWS`] time buckets: memory is fixed, and the window moves in
-//! steps of window/[`SUB_WINDOWS`] (it covers between 19/20 and all of the
-//! last `window_ns`). Time is passed in; nothing reads a clock.
+//! ratio of tasks that missed over a moving window and rejects new queries
+//! while it exceeds R_th. §IV.D measures it over "a moving window with size of
+//! 1000 queries (or 100000 tasks)": a window over the last N task *outcomes*,
+//! which is what [`AdmissionController::with_window_tasks`] sets. A window in
+//! tasks alone can lock the handler out for good: while it rejects, no new
+//! tasks arrive, so the window stops moving with the misses of the overload
+//! still in it. The window therefore also forgets outcomes older than
+//! `window_ns` (§III.C's "moving time window", the period over which the SLO
+//! must hold): the controller covers the last N outcomes *and* at most the last
+//! `window_ns`, whichever is fewer. Both bounds are exact (one entry per
+//! outcome, no buckets), so the ratio is exactly misses / outcomes in the window.
+//!
+//! When is a task's outcome known? A task that leaves its queue by its deadline
+//! is on time, known at dequeue ([`AdmissionController::task_dequeued`]). A
+//! task still queued when its deadline passes has missed, and that is known
+//! *at the deadline*, not when it is finally dequeued: under overload the
+//! queue may hold it for a long time, and counting it only then delays the
+//! signal by the queue wait, exactly when the controller must act. Callers
+//! that announce queued tasks ([`AdmissionController::task_queued`]) get a
+//! miss counted at the deadline; callers that do not can keep calling
+//! [`AdmissionController::record_task`] at dequeue (the first version's API,
+//! which the simulator uses).
+//!
+//! Time is passed in; nothing reads a clock. Memory is bounded by the window
+//! (one 16-byte entry per outcome in it) plus one counter per distinct
+//! deadline of the tasks announced and not yet dequeued.
+
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::time::Nanos;
 
-/// Buckets in the ring: the window's time resolution is 1/20 of its length.
-pub const SUB_WINDOWS: usize = 20;
+/// The paper's window (§IV.D): 1,000 queries of fanout 100.
+pub const PAPER_WINDOW_TASKS: u64 = 100_000;
 
 /// Invalid admission parameters.
 #[derive(Debug, thiserror::Error)]
@@ -24,32 +47,30 @@ pub enum AdmissionError {
     BadWindow(Nanos),
 }
 
-#[derive(Clone, Copy, Debug, Default)]
-struct Bucket {
-    tasks: u64,
-    missed: u64,
-}
-
 /// Admission control on the task deadline-miss ratio over a moving window.
 #[derive(Clone, Debug)]
 pub struct AdmissionController {
     r_th: f64,
     min_tasks: u64,
-    sub_ns: Nanos,
-    ring: [Bucket; SUB_WINDOWS],
-    head: usize,
-    /// Start of the head bucket (a multiple of `sub_ns`).
-    head_start: Nanos,
-    /// Sums over the ring.
-    tasks: u64,
+    window_ns: Nanos,
+    window_tasks: u64,
+    /// (when the outcome became known, missed), oldest first.
+    outcomes: VecDeque<(Nanos, bool)>,
+    /// Misses among `outcomes`.
     missed: u64,
+    /// Announced tasks still queued and not yet late: deadline → count.
+    pending: BTreeMap<Nanos, u64>,
+    /// Announced tasks counted as missed at their deadline, still queued.
+    late: BTreeMap<Nanos, u64>,
+    /// Latest time seen; outcomes are stamped no earlier, so the queue stays sorted.
+    now: Nanos,
     admitted: u64,
     rejected: u64,
 }
 
 impl AdmissionController {
-    /// Rejects while the miss ratio over the last `window_ns` exceeds `r_th`.
-    /// Windows shorter than [`SUB_WINDOWS`] ns are rounded up to that.
+    /// Rejects while the miss ratio over the outcomes of the last `window_ns`
+    /// exceeds `r_th`. Add a bound in tasks with [`Self::with_window_tasks`].
     pub fn new(r_th: f64, window_ns: Nanos) -> Result<Self, AdmissionError> {
         if !(0.0..=1.0).contains(&r_th) {
             return Err(AdmissionError::BadThreshold(r_th));
@@ -60,64 +81,112 @@ impl AdmissionController {
         Ok(AdmissionController {
             r_th,
             min_tasks: 0,
-            sub_ns: (window_ns / SUB_WINDOWS as Nanos).max(1),
-            ring: [Bucket::default(); SUB_WINDOWS],
-            head: 0,
-            head_start: 0,
-            tasks: 0,
+            window_ns,
+            window_tasks: u64::MAX,
+            outcomes: VecDeque::new(),
             missed: 0,
+            pending: BTreeMap::new(),
+            late: BTreeMap::new(),
+            now: 0,
             admitted: 0,
             rejected: 0,
         })
     }
 
-    /// Never reject on fewer than `n` tasks in the window (default 0, the
+    /// Keeps at most the last `n` task outcomes (the paper's window, e.g.
+    /// [`PAPER_WINDOW_TASKS`]); `n` = 0 is taken as 1.
+    pub fn with_window_tasks(mut self, n: u64) -> Self {
+        self.window_tasks = n.max(1);
+        self
+    }
+
+    /// Never reject on fewer than `n` outcomes in the window (default 0, the
     /// paper's rule): one early miss out of one task is a 100% ratio.
     pub fn with_min_tasks(mut self, n: u64) -> Self {
         self.min_tasks = n;
         self
     }
 
-    /// Drops buckets that fell out of the window at `now`. An earlier `now`
-    /// than already seen is treated as the latest one.
-    fn advance(&mut self, now: Nanos) {
-        if now < self.head_start.saturating_add(self.sub_ns) {
-            return;
-        }
-        let steps = (now - self.head_start) / self.sub_ns;
-        if steps >= SUB_WINDOWS as Nanos {
-            self.ring = [Bucket::default(); SUB_WINDOWS];
-            self.tasks = 0;
-            self.missed = 0;
-            self.head_start = now - now % self.sub_ns;
-            return;
-        }
-        for _ in 0..steps {
-            self.head = (self.head + 1) % SUB_WINDOWS;
-            let old = std::mem::take(&mut self.ring[self.head]);
-            self.tasks -= old.tasks;
-            self.missed -= old.missed;
-            self.head_start += self.sub_ns;
+    fn push(&mut self, at: Nanos, missed: bool) {
+        self.outcomes.push_back((at, missed));
+        self.missed += u64::from(missed);
+        while self.outcomes.len() as u64 > self.window_tasks {
+            self.pop_oldest();
         }
     }
 
+    fn pop_oldest(&mut self) {
+        if let Some((_, m)) = self.outcomes.pop_front() {
+            self.missed -= u64::from(m);
+        }
+    }
+
+    /// Moves time to `now` (an earlier `now` counts as the latest seen): announced
+    /// tasks whose deadline passed become misses, old outcomes leave the window.
+    fn advance(&mut self, now: Nanos) {
+        self.now = self.now.max(now);
+        let now = self.now;
+        while let Some((&deadline, &n)) = self.pending.first_key_value() {
+            if deadline >= now {
+                break;
+            }
+            self.pending.remove(&deadline);
+            *self.late.entry(deadline).or_default() += n;
+            for _ in 0..n {
+                // Stamped `now`, not `deadline`: that is when we learn it, and it keeps `outcomes` sorted.
+                self.push(now, true);
+            }
+        }
+        let horizon = now.saturating_sub(self.window_ns);
+        while self.outcomes.front().is_some_and(|&(at, _)| at < horizon) {
+            self.pop_oldest();
+        }
+    }
+
+    /// `n` tasks with queuing deadline `deadline` entered a queue at `now`. If
+    /// they are still queued when it passes, they count as missed then.
+    /// Announced tasks must be reported with [`Self::task_dequeued`].
+    pub fn task_queued(&mut self, now: Nanos, deadline: Nanos, n: u64) {
+        self.advance(now);
+        if n == 0 {
+            return;
+        }
+        if deadline < self.now {
+            // Already late on arrival: a miss, known now.
+            *self.late.entry(deadline).or_default() += n;
+            for _ in 0..n {
+                self.push(self.now, true);
+            }
+        } else {
+            *self.pending.entry(deadline).or_default() += n;
+        }
+    }
+
+    /// A task with queuing deadline `deadline` left its queue at `now`. An
+    /// announced task already counted as missed is not counted again; any other
+    /// (announced in time, or never announced) counts now, missed if `now > deadline`.
+    pub fn task_dequeued(&mut self, now: Nanos, deadline: Nanos) {
+        self.advance(now);
+        if take_one(&mut self.late, deadline) {
+            return;
+        }
+        take_one(&mut self.pending, deadline);
+        self.push(self.now, now > deadline);
+    }
+
     /// A task was dequeued at `now`; `missed` if that was after its deadline.
+    /// For callers that do not announce queued tasks: the miss counts at dequeue.
     pub fn record_task(&mut self, now: Nanos, missed: bool) {
         self.advance(now);
-        let b = &mut self.ring[self.head];
-        b.tasks += 1;
-        self.tasks += 1;
-        if missed {
-            b.missed += 1;
-            self.missed += 1;
-        }
+        self.push(self.now, missed);
     }
 
     /// Whether to admit a query arriving at `now`: false while the miss ratio
     /// over the window exceeds R_th. Counts the decision.
     pub fn admit(&mut self, now: Nanos) -> bool {
         self.advance(now);
-        let ok = self.tasks == 0 || self.tasks < self.min_tasks || self.ratio() <= self.r_th;
+        let n = self.outcomes.len() as u64;
+        let ok = n == 0 || n < self.min_tasks || self.ratio() <= self.r_th;
         if ok {
             self.admitted += 1;
         } else {
@@ -127,17 +196,28 @@ impl AdmissionController {
     }
 
     fn ratio(&self) -> f64 {
-        if self.tasks == 0 {
+        if self.outcomes.is_empty() {
             0.0
         } else {
-            self.missed as f64 / self.tasks as f64
+            self.missed as f64 / self.outcomes.len() as f64
         }
     }
 
-    /// The miss ratio over the window at `now` (0 with no tasks).
+    /// The miss ratio over the window at `now` (0 with no outcomes).
     pub fn miss_ratio(&mut self, now: Nanos) -> f64 {
         self.advance(now);
         self.ratio()
+    }
+
+    /// Task outcomes in the window at `now`.
+    pub fn window_len(&mut self, now: Nanos) -> u64 {
+        self.advance(now);
+        self.outcomes.len() as u64
+    }
+
+    /// Announced tasks not yet dequeued (on time so far, or already counted late).
+    pub fn queued(&self) -> u64 {
+        self.pending.values().sum::<u64>() + self.late.values().sum::<u64>()
     }
 
     /// Queries admitted so far.
@@ -155,14 +235,29 @@ impl AdmissionController {
     }
 }
 
+/// Removes one task with `deadline` from `map`; false if there was none.
+fn take_one(map: &mut BTreeMap<Nanos, u64>, deadline: Nanos) -> bool {
+    match map.get_mut(&deadline) {
+        Some(c) => {
+            *c -= 1;
+            if *c == 0 {
+                map.remove(&deadline);
+            }
+            true
+        }
+        None => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::time::NANOS_PER_MILLI;
+    use proptest::prelude::*;
 
     #[test]
     fn rejects_while_ratio_exceeds_threshold_and_recovers_after_the_window() {
-        let window = 1000 * NANOS_PER_MILLI; // 1 s, 50 ms buckets
+        let window = 1000 * NANOS_PER_MILLI;
         let mut ac = AdmissionController::new(0.02, window).unwrap();
         assert!(ac.admit(0));
         // 100 tasks, 2 missed: 2% is not above R_th.
@@ -173,7 +268,6 @@ mod tests {
         // A third miss: 3/101 > 2%.
         ac.record_task(101 * NANOS_PER_MILLI, true);
         assert!(!ac.admit(102 * NANOS_PER_MILLI));
-        assert!(!ac.admit(500 * NANOS_PER_MILLI));
         // Enough good tasks dilute it back under the threshold: 3/150 = 2%.
         for i in 0..49u64 {
             ac.record_task((600 + i) * NANOS_PER_MILLI, false);
@@ -185,14 +279,54 @@ mod tests {
             ac.record_task(700 * NANOS_PER_MILLI, true);
         }
         assert!(!ac.admit(701 * NANOS_PER_MILLI));
-        // At 1.0 s the first bucket [0, 50 ms) (2 misses, 50 tasks) has left,
-        // the rest is still in: 11/110 = 10%.
-        assert!(!ac.admit(1000 * NANOS_PER_MILLI));
-        assert!((ac.miss_ratio(1000 * NANOS_PER_MILLI) - 11.0 / 110.0).abs() < 1e-12);
-        // By 1.7 s everything up to 700 ms has gone.
-        assert!(ac.admit(1750 * NANOS_PER_MILLI));
-        assert_eq!(ac.miss_ratio(1750 * NANOS_PER_MILLI), 0.0);
-        assert_eq!((ac.admitted(), ac.rejected()), (4, 4));
+        // At 1.0015 s the outcomes of [0, 1.5 ms] (2 misses, 2 tasks) have left: 11/158.
+        assert!((ac.miss_ratio(1001 * NANOS_PER_MILLI + NANOS_PER_MILLI / 2) - 11.0 / 158.0).abs() < 1e-12);
+        // By 1.701 s everything up to 700 ms has gone.
+        assert!(ac.admit(1701 * NANOS_PER_MILLI));
+        assert_eq!(ac.miss_ratio(1701 * NANOS_PER_MILLI), 0.0);
+        assert_eq!((ac.admitted(), ac.rejected()), (4, 2));
+    }
+
+    #[test]
+    fn the_task_window_keeps_the_last_n_outcomes() {
+        let mut ac = AdmissionController::new(0.1, u64::MAX).unwrap().with_window_tasks(10);
+        for i in 0..10 {
+            ac.record_task(i, true);
+        }
+        assert!(!ac.admit(10));
+        for i in 0..9 {
+            ac.record_task(20 + i, false);
+        }
+        // One miss left among the last 10: 10% is not above R_th.
+        assert_eq!(ac.window_len(30), 10);
+        assert!((ac.miss_ratio(30) - 0.1).abs() < 1e-12);
+        assert!(ac.admit(30));
+    }
+
+    #[test]
+    fn a_queued_task_counts_as_missed_at_its_deadline_and_only_once() {
+        let mut ac = AdmissionController::new(0.5, 1_000_000).unwrap();
+        ac.task_queued(0, 100, 3);
+        assert_eq!(ac.window_len(100), 0, "a deadline equal to now has not passed");
+        assert_eq!(ac.window_len(101), 3);
+        assert_eq!(ac.miss_ratio(101), 1.0);
+        assert!(!ac.admit(101));
+        // Dequeued later: already counted, not again.
+        for t in [150, 160, 170] {
+            ac.task_dequeued(t, 100);
+        }
+        assert_eq!(ac.window_len(200), 3);
+        assert_eq!(ac.queued(), 0);
+        // On time: counted at dequeue as a success.
+        ac.task_queued(200, 1_000, 5);
+        for _ in 0..5 {
+            ac.task_dequeued(300, 1_000);
+        }
+        assert!((ac.miss_ratio(300) - 3.0 / 8.0).abs() < 1e-12);
+        assert!(ac.admit(300));
+        // Late on arrival: a miss right away.
+        ac.task_queued(400, 350, 1);
+        assert_eq!(ac.window_len(400), 9);
     }
 
     #[test]
@@ -215,5 +349,112 @@ mod tests {
         }
         assert!(!ac.admit(7_000_000));
         assert!(ac.admit(u64::MAX / 2));
+    }
+
+    /// One step of a random history.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Record { dt: u64, missed: bool },
+        Queue { dt: u64, budget: u64, n: u64 },
+        Dequeue { dt: u64, pick: usize },
+        Admit { dt: u64 },
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0..50u64, any::<bool>()).prop_map(|(dt, missed)| Step::Record { dt, missed }),
+            (0..50u64, 0..200u64, 1..4u64).prop_map(|(dt, budget, n)| Step::Queue { dt, budget, n }),
+            (0..50u64, any::<usize>()).prop_map(|(dt, pick)| Step::Dequeue { dt, pick }),
+            (0..50u64).prop_map(|dt| Step::Admit { dt }),
+        ]
+    }
+
+    proptest! {
+        /// The controller agrees with a brute-force model: every outcome is
+        /// kept with the time it became known; the window is the last
+        /// `window_tasks` of those not older than `window_ns`; a queued task's
+        /// outcome is known at its deadline if it is still queued then, else at
+        /// dequeue; each task counts exactly once; admit iff ratio ≤ R_th.
+        #[test]
+        fn matches_a_brute_force_model(
+            r_th in 0.0..1.0f64,
+            window_ns in 1..400u64,
+            window_tasks in 1..40u64,
+            steps in prop::collection::vec(step(), 1..200),
+        ) {
+            let mut ac = AdmissionController::new(r_th, window_ns).unwrap().with_window_tasks(window_tasks);
+            // Model: all outcomes ever, (known_at, missed); queued tasks (deadline, counted).
+            let mut outcomes: Vec<(u64, bool)> = Vec::new();
+            let mut queued: Vec<(u64, bool)> = Vec::new();
+            let mut now = 0u64;
+            for s in steps {
+                let dt = match s {
+                    Step::Record { dt, .. } | Step::Queue { dt, .. } | Step::Dequeue { dt, .. } | Step::Admit { dt } => dt,
+                };
+                now += dt;
+                // Deadlines that passed become misses, in deadline order, known now.
+                let mut due: Vec<usize> = (0..queued.len()).filter(|&i| !queued[i].1 && queued[i].0 < now).collect();
+                due.sort_by_key(|&i| queued[i].0);
+                for i in due {
+                    queued[i].1 = true;
+                    outcomes.push((now, true));
+                }
+                match s {
+                    Step::Record { missed, .. } => {
+                        ac.record_task(now, missed);
+                        outcomes.push((now, missed));
+                    }
+                    Step::Queue { budget, n, .. } => {
+                        // Deadlines may lie in the past (budget < 100 before `now`).
+                        let deadline = (now + budget).saturating_sub(100);
+                        ac.task_queued(now, deadline, n);
+                        for _ in 0..n {
+                            let late = deadline < now;
+                            if late {
+                                outcomes.push((now, true));
+                            }
+                            queued.push((deadline, late));
+                        }
+                    }
+                    Step::Dequeue { pick, .. } => {
+                        if queued.is_empty() {
+                            continue;
+                        }
+                        let (deadline, counted) = queued.remove(pick % queued.len());
+                        ac.task_dequeued(now, deadline);
+                        if !counted {
+                            outcomes.push((now, now > deadline));
+                        }
+                    }
+                    Step::Admit { .. } => {
+                        let horizon = now.saturating_sub(window_ns);
+                        let recent: Vec<bool> = outcomes.iter().filter(|o| o.0 >= horizon).map(|o| o.1).collect();
+                        let window = &recent[recent.len().saturating_sub(window_tasks as usize)..];
+                        let ratio = if window.is_empty() { 0.0 } else {
+                            window.iter().filter(|&&m| m).count() as f64 / window.len() as f64
+                        };
+                        prop_assert_eq!(ac.window_len(now), window.len() as u64);
+                        prop_assert!((ac.miss_ratio(now) - ratio).abs() < 1e-12);
+                        prop_assert_eq!(ac.admit(now), window.is_empty() || ratio <= r_th);
+                    }
+                }
+                prop_assert_eq!(ac.queued(), queued.len() as u64);
+            }
+        }
+
+        /// Liveness: whatever happened before, once no task is queued and
+        /// `window_ns` passes with no new outcome, queries are admitted again.
+        #[test]
+        fn always_recovers_after_a_quiet_window(
+            window_ns in 1..1000u64,
+            misses in 1..500u64,
+        ) {
+            let mut ac = AdmissionController::new(0.0, window_ns).unwrap().with_window_tasks(PAPER_WINDOW_TASKS);
+            for i in 0..misses {
+                ac.record_task(i, true);
+            }
+            prop_assert!(!ac.admit(misses));
+            prop_assert!(ac.admit(misses + window_ns));
+        }
     }
 }

@@ -1,0 +1,98 @@
+//! Where the CPUs went during a run: the machine's busy time (/proc/stat)
+//! and the demo's own processes' CPU time (/proc/<pid>/stat), so a report
+//! shows how much background load shared the machine and how much CPU each
+//! request really cost (its demand plus HTTP, scheduling and kernel overhead).
+
+use serde::Serialize;
+
+/// Cumulative counters at one instant, in clock ticks.
+#[derive(Clone, Debug, Default)]
+pub struct CpuSnapshot {
+    machine_busy: u64,
+    demo: u64,
+    wall_ns: u64,
+}
+
+/// CPU use between two snapshots.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CpuUsage {
+    /// CPUs' worth of time the demo's processes (tiers, generator, agent) used on average.
+    pub demo_cpus: f64,
+    /// CPUs' worth used by everything else on the machine (other builds, daemons).
+    pub background_cpus: f64,
+    /// The demo's CPU time per request, µs (demand + every overhead).
+    pub cpu_per_request_us: f64,
+}
+
+fn ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// Busy ticks over all CPUs from the first line of /proc/stat.
+fn machine_busy_ticks() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = text.lines().next()?.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal (guest time is already in user); busy = all but idle and iowait.
+    let get = |i: usize| fields.get(i).copied().unwrap_or(0);
+    Some(get(0) + get(1) + get(2) + get(5) + get(6) + get(7))
+}
+
+/// utime + stime of a process (all its threads, live and exited), ticks.
+fn process_ticks(pid: u32) -> u64 {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
+    // The command name is in parentheses and may contain spaces: split after the last ')'.
+    let Some(rest) = text.rfind(')').map(|i| &text[i + 1..]) else { return 0 };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After ')' come state(3) ppid(4) … utime(14) stime(15): indices 11 and 12 here.
+    let get = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    get(11) + get(12)
+}
+
+/// Counters now; `pids` are the demo's processes besides this one.
+pub fn snapshot(pids: &[u32]) -> CpuSnapshot {
+    let machine_busy = machine_busy_ticks().unwrap_or(0);
+    let demo = process_ticks(std::process::id()) + pids.iter().map(|&p| process_ticks(p)).sum::<u64>();
+    CpuSnapshot { machine_busy, demo, wall_ns: crate::clock::monotonic_ns() }
+}
+
+/// Usage between `before` and `after` for `requests` requests.
+pub fn usage(before: &CpuSnapshot, after: &CpuSnapshot, requests: usize) -> CpuUsage {
+    let hz = ticks_per_sec();
+    let wall = (after.wall_ns.saturating_sub(before.wall_ns)) as f64 / 1e9;
+    if wall <= 0.0 {
+        return CpuUsage::default();
+    }
+    let demo_s = after.demo.saturating_sub(before.demo) as f64 / hz;
+    let busy_s = after.machine_busy.saturating_sub(before.machine_busy) as f64 / hz;
+    CpuUsage {
+        demo_cpus: demo_s / wall,
+        background_cpus: ((busy_s - demo_s) / wall).max(0.0),
+        cpu_per_request_us: if requests > 0 { demo_s * 1e6 / requests as f64 } else { 0.0 },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_loop_shows_up_as_demo_cpu() {
+        let before = snapshot(&[]);
+        let t = std::time::Instant::now();
+        let mut x = 1u64;
+        while t.elapsed().as_millis() < 300 {
+            x = std::hint::black_box(x.wrapping_mul(3).wrapping_add(1));
+        }
+        let u = usage(&before, &snapshot(&[]), 1);
+        // One thread spun for 0.3 s: about one CPU (tick granularity is 10 ms;
+        // a loaded machine may give it less).
+        assert!(u.demo_cpus > 0.2 && u.demo_cpus < 1.2, "{u:?}");
+        assert!(u.cpu_per_request_us > 50_000.0, "{u:?}");
+    }
+}

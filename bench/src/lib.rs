@@ -1,0 +1,23 @@
+//! Open-loop load generation and analysis for real services, and the
+//! `tailor demo` chain.
+//!
+//! `loadgen` sends requests at their intended times (Poisson or a trace, from
+//! `arrivals`) and records each one (`record`); `record` summarises a run with
+//! the simulator's own metric functions, `ideal` computes the G/G/c FIFO
+//! yardstick from the measured arrivals, `hgrm` writes HdrHistogram's text
+//! format. `tier` is one service of the demo chain, `chain` starts N of them
+//! as processes, and `demo` runs every mode at several loads side by side and
+//! compares each with the simulator's prediction (`predict`).
+
+pub mod arrivals;
+pub mod chain;
+pub mod clock;
+pub mod cpuacct;
+pub mod demo;
+pub mod hgrm;
+pub mod ideal;
+pub mod loadgen;
+pub mod predict;
+pub mod record;
+pub mod tier;
+pub mod workload;

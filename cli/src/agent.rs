@@ -1,0 +1,61 @@
+//! `tailor agent`: the node agent of the kernel-enforced runtime backend (docs/runtime.md).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use tailor_runtime::kernel::{self, AgentConfig};
+
+#[derive(Args)]
+pub struct AgentArgs {
+    /// The shared-memory registration table services attach to (`{"kind": "kernel", "table": ...}`).
+    #[arg(long, default_value = "/dev/shm/tailor-sched")]
+    table: PathBuf,
+    /// Policy: orf, rr, ps, edf, fifo, gfifo, priq, lifo.
+    #[arg(long, default_value = "orf")]
+    policy: String,
+    /// orf: jobs sharing the CPUs round-robin (the pool of the c oldest).
+    #[arg(long, default_value_t = 6)]
+    c: usize,
+    /// Time slice of orf/rr/ps in µs. 500 µs by default: each rotation costs the agent
+    /// two sched_setscheduler calls, so 30 µs slices would spend a large share of a CPU
+    /// on rotations (docs/runtime.md has the measurement).
+    #[arg(long, default_value_t = 500.0)]
+    slice_us: f64,
+    /// CPUs the policy schedules: jobs in the SCHED_FIFO band at once. Default: all CPUs this process may use.
+    #[arg(long)]
+    cpus: Option<usize>,
+    /// Table slots: concurrent jobs on the node, all services together.
+    #[arg(long, default_value_t = kernel::table::DEFAULT_SLOTS)]
+    slots: u32,
+    /// Print the agent's counters once a second.
+    #[arg(long)]
+    verbose: bool,
+}
+
+pub fn main(args: AgentArgs) -> Result<(), String> {
+    let policy = kernel::policy_from_args(&args.policy, args.c, args.slice_us).map_err(|e| e.to_string())?;
+    let cfg = AgentConfig {
+        table: args.table,
+        policy,
+        cpus: args.cpus.unwrap_or_else(tailor_runtime::available_cpus),
+        slots: args.slots,
+        verbose: args.verbose,
+    };
+    let (rt_runtime, rt_period) = kernel::preflight().map_err(|e| e.to_string())?;
+    eprintln!(
+        "tailor agent: pid {}, table {}, policy {:?} on {} CPUs, {} slots; band SCHED_FIFO/{}, agent SCHED_FIFO/{}; \
+         RT throttling {rt_runtime}/{rt_period} µs. Stop with Ctrl-C or SIGTERM: every thread is restored.",
+        std::process::id(),
+        cfg.table.display(),
+        cfg.policy,
+        cfg.cpus,
+        cfg.slots,
+        kernel::BAND_PRIORITY,
+        kernel::AGENT_PRIORITY
+    );
+    let stop = kernel::stop_on_signals();
+    let report = kernel::run_agent(&cfg, stop).map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(&cfg.table);
+    eprintln!("tailor agent: stopped; {report:?}");
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! `tailor demo`: a real N-tier chain on loopback under every scheduling mode,
+//! side by side, with the simulator's prediction next to each measured row
+//! (docs/demo.md). `tailor demo tier …` is the hidden per-tier process.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use tailor_bench::demo::{self, DemoConfig, Mode};
+use tailor_bench::tier::{self, TierConfig};
+use tailor_bench::workload::Workload;
+use tailor_runtime::BackendSpec;
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct DemoArgs {
+    #[command(subcommand)]
+    tier: Option<DemoCommand>,
+    /// Tiers in the chain (each its own process).
+    #[arg(long, default_value_t = 3)]
+    tiers: usize,
+    /// CPUs the chain shares (default: the CPUs this process may use).
+    #[arg(long)]
+    cores: Option<usize>,
+    /// Mean CPU demand per tier, ms: TailClipper's 10 ms workloads scaled to this.
+    #[arg(long, default_value_t = 1.0)]
+    mean_ms: f64,
+    /// Workloads, comma-separated: fixed, exp, lognormal, trimodal, bimodal.
+    #[arg(long, value_delimiter = ',', default_value = "exp,trimodal")]
+    workload: Vec<String>,
+    /// Utilizations ρ = λ·E[total demand]/cores, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0.5,0.7,0.85")]
+    loads: Vec<f64>,
+    /// Modes, comma-separated: linux, fifo, rr, orf-coop, orf.
+    #[arg(long, value_delimiter = ',', default_value = "linux,fifo,rr,orf-coop,orf")]
+    modes: Vec<String>,
+    /// Measured requests per run (after the warm-up).
+    #[arg(long, default_value_t = 3000)]
+    requests: usize,
+    /// Unmeasured requests at the start of each run.
+    #[arg(long, default_value_t = 300)]
+    warmup: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Output directory (report.md, demo.json, per-run JSON/CSV/.hgrm, plots, logs).
+    #[arg(long, default_value = "target/tailor-demo")]
+    out: PathBuf,
+    /// ORF's c (both the cooperative and the kernel-enforced mode).
+    #[arg(long, default_value_t = 6)]
+    orf_c: usize,
+    /// Time slice of the kernel-enforced modes, µs.
+    #[arg(long, default_value_t = 500.0)]
+    slice_us: f64,
+    /// Replay arrival times from a CSV with an `arrival_ms` column (rescaled to each load).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// A request without a response after this many seconds is a timeout.
+    #[arg(long, default_value_t = 30.0)]
+    timeout_s: f64,
+    /// A fast smoke run: exp only, ρ = 0.5, 300 requests per mode.
+    #[arg(long)]
+    quick: bool,
+}
+
+#[derive(Subcommand)]
+enum DemoCommand {
+    /// One tier of the chain (started by `tailor demo` itself).
+    #[command(hide = true)]
+    Tier(TierArgs),
+}
+
+#[derive(Args)]
+struct TierArgs {
+    /// Position in the chain; 0 is the edge, which stamps the GAT.
+    #[arg(long)]
+    index: usize,
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// URL of the next tier.
+    #[arg(long)]
+    next: Option<String>,
+    /// The runtime backend as JSON, e.g. {"kind":"none"}.
+    #[arg(long)]
+    backend: String,
+}
+
+pub fn main(args: DemoArgs) -> Result<(), String> {
+    if let Some(DemoCommand::Tier(t)) = args.tier {
+        return run_tier(t);
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the tailor binary to start tiers: {e}"))?;
+    let workloads = args
+        .workload
+        .iter()
+        .map(|w| w.parse::<Workload>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("--workload: {e}"))?;
+    let modes = args
+        .modes
+        .iter()
+        .map(|m| Mode::parse(m))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("--modes: {e}"))?;
+    if !(args.mean_ms > 0.0 && args.mean_ms.is_finite()) {
+        return Err(format!("--mean-ms {}: give a positive number of ms, e.g. 1", args.mean_ms));
+    }
+    if !(args.timeout_s > 0.0 && args.timeout_s.is_finite()) {
+        return Err(format!("--timeout-s {}: give a positive number of seconds", args.timeout_s));
+    }
+    let mut cfg = DemoConfig {
+        exe,
+        tier_args: vec!["demo".into(), "tier".into()],
+        agent_args: vec!["agent".into()],
+        tiers: args.tiers,
+        cores: args.cores.unwrap_or_else(tailor_runtime::available_cpus),
+        mean_ms: args.mean_ms,
+        workloads,
+        loads: args.loads,
+        modes,
+        requests: args.requests,
+        warmup: args.warmup,
+        seed: args.seed,
+        out: args.out,
+        orf_c: args.orf_c,
+        slice_us: args.slice_us,
+        trace: args.trace,
+        timeout: Duration::from_secs_f64(args.timeout_s),
+    };
+    if args.quick {
+        cfg.workloads = vec![Workload::Exp];
+        cfg.loads = vec![0.5];
+        cfg.requests = 300;
+        cfg.warmup = 50;
+    }
+    println!(
+        "tailor demo: {} tiers on {} CPUs, modes {}, workloads {}, loads {:?}; output in {}",
+        cfg.tiers,
+        cfg.cores,
+        cfg.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(","),
+        cfg.workloads.iter().map(|w| w.name()).collect::<Vec<_>>().join(","),
+        cfg.loads,
+        cfg.out.display()
+    );
+    let report = demo::run(&cfg, |line| println!("{line}")).map_err(|e| e.to_string())?;
+    println!("\n{}", demo::results_table(&report));
+    for s in &report.skipped {
+        println!("skipped {}: {}", s.mode, s.reason);
+    }
+    let verdict = demo::verdict(&report);
+    if !verdict.is_empty() {
+        println!("\n{verdict}");
+    }
+    println!("report: {}", cfg.out.join("report.md").display());
+    Ok(())
+}
+
+fn run_tier(t: TierArgs) -> Result<(), String> {
+    let backend: BackendSpec = serde_json::from_str(&t.backend)
+        .map_err(|e| format!("--backend {}: {e}; e.g. {{\"kind\":\"none\"}}", t.backend))?;
+    let next = match t.next {
+        Some(n) => Some(n.parse().map_err(|e| format!("--next {n}: {e}; give a URL like http://127.0.0.1:4000/"))?),
+        None => None,
+    };
+    tier::serve(TierConfig { index: t.index, listen: t.listen, next, backend, max_age_ns: tier::DEFAULT_MAX_AGE_NS })
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,147 @@
+//! `tailor fanout`: TailGuard on real sockets — the demo (max load under SLO per scheme, real vs simulated) and R_th calibration.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+use tailor_fanout::demo::{self, Loaded, Pace};
+use tailor_fanout::Scheme;
+
+#[derive(Args)]
+pub struct FanoutArgs {
+    #[command(subcommand)]
+    command: FanoutCommand,
+}
+
+#[derive(Subcommand)]
+enum FanoutCommand {
+    /// Handler + 32 task servers on loopback, open-loop Poisson: max load under SLO for
+    /// TF-EDFQ, T-EDFQ, PRIQ and FIFO, real and simulated side by side, then admission
+    /// control at overload (docs/fanout.md).
+    Demo(DemoArgs),
+    /// Pick R_th: the largest candidate that keeps every class within its SLO at
+    /// `overload` × the max load (TF-EDFQ, real testbed).
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Two-class configuration (its schemes, fan-outs, SLOs, search).
+    #[arg(long, default_value = "fanout/configs/masstree-two-class.toml")]
+    config: PathBuf,
+    /// Single-class configuration, run after the two-class one (`none` to skip).
+    #[arg(long, default_value = "fanout/configs/masstree-one-class.toml")]
+    one_class: PathBuf,
+    /// Short probes and a coarse search (about a minute; for tests).
+    #[arg(long)]
+    quick: bool,
+    /// Skip the simulator side.
+    #[arg(long)]
+    no_sim: bool,
+    /// Skip admission control at overload.
+    #[arg(long)]
+    no_admission: bool,
+    /// R_th for the overload check [default: calibrate on the fly, largest candidate that holds].
+    #[arg(long)]
+    r_th: Option<f64>,
+}
+
+#[derive(Args)]
+struct CalibrateArgs {
+    #[arg(long, default_value = "fanout/configs/masstree-two-class.toml")]
+    config: PathBuf,
+    /// Max load of TF-EDFQ without admission [default: search for it first].
+    #[arg(long)]
+    max_load: Option<f64>,
+    #[arg(long)]
+    quick: bool,
+}
+
+pub fn main(args: FanoutArgs) -> Result<(), String> {
+    match args.command {
+        FanoutCommand::Demo(a) => run_demo(a),
+        FanoutCommand::Calibrate(a) => run_calibrate(a),
+    }
+}
+
+fn load(path: &Path) -> Result<Loaded, String> {
+    Loaded::load(path).map_err(|e| format!("{e} (run from the repository root, or pass --config)"))
+}
+
+fn log(line: &str) {
+    eprintln!("{line}");
+}
+
+fn run_demo(a: DemoArgs) -> Result<(), String> {
+    let two = load(&a.config)?;
+    let pace = Pace::of(&two, a.quick);
+    eprintln!(
+        "{}: probes of {:.1} s + {:.1} s warm-up, bisection to ±{:.2}",
+        two.cfg.name,
+        pace.measure.as_secs_f64(),
+        pace.warmup.as_secs_f64(),
+        pace.tolerance
+    );
+    let results = demo::run_schemes(&two, pace, !a.no_sim, log).map_err(|e| e.to_string())?;
+    let mut out = demo::format_table(&two, &results);
+    if a.one_class.as_os_str() != "none" {
+        let one = load(&a.one_class)?;
+        let r1 = demo::run_schemes(&one, Pace::of(&one, a.quick), !a.no_sim, log).map_err(|e| e.to_string())?;
+        out += "\n";
+        out += &demo::format_table(&one, &r1);
+    }
+    if !a.no_admission {
+        let tf = results.iter().find(|r| r.scheme == Scheme::TfEdfq).map(|r| r.real_max_load).unwrap_or(0.0);
+        if tf <= 0.0 {
+            out += "\nadmission: skipped, TF-EDFQ met no SLO in the search range\n";
+        } else {
+            let overload = two.cfg.admission.as_ref().map_or(1.5, |x| x.overload);
+            let r = match a.r_th {
+                Some(r_th) => vec![demo::run_admission(&two, pace, r_th, tf * overload).map_err(|e| e.to_string())?],
+                None => {
+                    eprintln!("calibrating R_th at {overload}× the max load {tf:.3}");
+                    demo::calibrate(&two, pace, tf, log).map_err(|e| e.to_string())?.1
+                }
+            };
+            out += &format!(
+                "\nadmission control, TF-EDFQ at {overload}× its max load {tf:.3}\n\n| R_th | offered | accepted | accepted / max | rejected | per-class p99 / SLO (ms) | holds |\n|---:|---:|---:|---:|---:|---|---|\n"
+            );
+            for x in &r {
+                out += &format!(
+                    "| {:.4} | {:.3} | {:.3} | {:.0}% | {:.1}% | {} | {} |\n",
+                    x.r_th,
+                    x.offered_load,
+                    x.accepted_load,
+                    100.0 * x.accepted_load / tf,
+                    x.rejected_pct,
+                    x.classes.iter().map(|c| format!("{} {:.2}/{:.1}", c.0, c.1, c.2)).collect::<Vec<_>>().join(", "),
+                    if x.holds() { "yes" } else { "no" }
+                );
+            }
+        }
+    }
+    println!("{out}");
+    Ok(())
+}
+
+fn run_calibrate(a: CalibrateArgs) -> Result<(), String> {
+    let l = load(&a.config)?;
+    let pace = Pace::of(&l, a.quick);
+    let max = match a.max_load {
+        Some(m) => m,
+        None => {
+            let mut lq = l.clone();
+            lq.cfg.schemes = vec![Scheme::TfEdfq];
+            let r = demo::run_schemes(&lq, pace, false, log).map_err(|e| e.to_string())?;
+            r[0].real_max_load
+        }
+    };
+    if max <= 0.0 {
+        return Err("TF-EDFQ meets no SLO in the search range: nothing to calibrate against".into());
+    }
+    let (best, _) = demo::calibrate(&l, pace, max, log).map_err(|e| e.to_string())?;
+    match best {
+        Some(r) => println!("R_th = {r} (largest candidate holding every class SLO at overload; max load {max:.3})"),
+        None => println!("no R_th candidate holds the SLOs at overload (max load {max:.3}); try smaller candidates"),
+    }
+    Ok(())
+}

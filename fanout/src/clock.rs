@@ -1,0 +1,20 @@
+//! Wall-clock nanoseconds for contexts, and the mapping to `Instant` for the timer.
+//!
+//! Deadlines travel in the context as Unix-epoch nanoseconds (the wire
+//! format's GAT and deadline), so a handler and task servers in different
+//! processes on one host compare them directly. Waits use `Instant`, which is
+//! monotonic; the two are related at the moment of conversion.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tailor_core::time::Nanos;
+
+/// Now, in Unix-epoch nanoseconds.
+pub fn wall_ns() -> Nanos {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as Nanos)
+}
+
+/// The `Instant` `ns` nanoseconds from now.
+pub fn instant_in(ns: Nanos) -> Instant {
+    Instant::now() + Duration::from_nanos(ns)
+}

@@ -1,0 +1,703 @@
+//! The fan-out benchmark: max load under SLO per scheme on real sockets, the same in the simulator, admission at overload.
+//!
+//! One process hosts the handler and N task servers on separate loopback
+//! ports, with one tokio runtime (2 worker threads) and one timer thread. On a
+//! 2-core machine, 33 processes would each bring their own runtime threads and
+//! fight the scheduler; one process keeps the CPU for the sockets, the HTTP
+//! and the queues, which are what is being measured. (The integration tests
+//! run the handler and the task servers as separate processes.)
+//!
+//! Each probe (one scheme, one load) builds fresh servers and a fresh handler,
+//! drives it open-loop for `warmup + measure`, and passes if every
+//! (class, fan-out) group's p-quantile is within its class SLO. Max load is a
+//! bisection on load, as `tailor sim`'s `[search]`. The simulator then runs
+//! the same configuration (`tailor_sim`: [`Scenario::from_toml`] + `max_load`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tailor_core::dist::{Cdf, Dist, DistSpec};
+use tailor_core::policy::PolicySpec;
+use tailor_core::tailguard::{BudgetSplit, SloClass};
+use tailor_core::time::{from_millis_f64, Nanos};
+use tailor_sim::model::Overrides;
+use tailor_sim::scenario::Scenario;
+
+use crate::handler::{AdmissionConfig, Handler, HandlerConfig, Queuing, Scheme};
+use crate::loadgen::{self, Mix, RunReport, RunSpec};
+use crate::server::{TaskServer, TaskServerConfig};
+use crate::timer::PreciseTimer;
+
+// === config ===
+
+/// A fan-out benchmark configuration (`scenarios/fanout-*.toml`). Times are in
+/// the *workload's* time base (e.g. Masstree's ms); `time_scale` stretches all
+/// of them (service times and SLOs) for the real run so that timer and network
+/// overheads stay small next to a task.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DemoConfig {
+    pub name: String,
+    /// Task servers (one task in service at a time each).
+    #[serde(default = "default_servers")]
+    pub servers: usize,
+    /// Multiplies every service time and SLO in the real run (and the simulated one, so they match).
+    #[serde(default = "default_time_scale")]
+    pub time_scale: f64,
+    /// Task service time, unscaled.
+    pub service_time: DistSpec,
+    #[serde(default = "default_queuing")]
+    pub queuing: Queuing,
+    #[serde(default = "default_schemes")]
+    pub schemes: Vec<Scheme>,
+    pub fanouts: FanoutMix,
+    #[serde(rename = "class")]
+    pub classes: Vec<ClassConfig>,
+    /// Heterogeneous servers: groups that are slower and/or picked more often.
+    #[serde(default, rename = "group")]
+    pub groups: Vec<ServerGroup>,
+    pub search: SearchConfig,
+    #[serde(default)]
+    pub admission: Option<AdmissionSection>,
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FanoutMix {
+    pub values: Vec<u32>,
+    pub weights: Vec<f64>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassConfig {
+    pub name: String,
+    /// SLO on the `percentile` of query latency, unscaled ms.
+    pub slo_ms: f64,
+    #[serde(default = "default_percentile")]
+    pub percentile: f64,
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
+/// Servers `first .. first + count` are `scale`× slower and `weight`× as likely to be picked.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerGroup {
+    pub first: usize,
+    pub count: usize,
+    #[serde(default = "default_weight")]
+    pub scale: f64,
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchConfig {
+    pub min_load: f64,
+    pub max_load: f64,
+    pub tolerance: f64,
+    pub warmup_s: f64,
+    pub measure_s: f64,
+    /// Simulated queries per probe.
+    #[serde(default = "default_sim_requests")]
+    pub sim_requests: u64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionSection {
+    /// Moving window, unscaled ms (scaled by `time_scale` like every time).
+    pub window_ms: f64,
+    /// At most this many of the latest task outcomes.
+    #[serde(default = "default_window_tasks")]
+    pub window_tasks: u64,
+    /// R_th candidates for `calibrate`.
+    pub r_th_candidates: Vec<f64>,
+    /// Offered load for the overload check, as a multiple of the max load.
+    #[serde(default = "default_overload")]
+    pub overload: f64,
+}
+
+fn default_servers() -> usize {
+    32
+}
+fn default_time_scale() -> f64 {
+    25.0
+}
+fn default_queuing() -> Queuing {
+    Queuing::AtServers
+}
+fn default_schemes() -> Vec<Scheme> {
+    Scheme::ALL.to_vec()
+}
+fn default_percentile() -> f64 {
+    99.0
+}
+fn default_weight() -> f64 {
+    1.0
+}
+fn default_seed() -> u64 {
+    1
+}
+fn default_sim_requests() -> u64 {
+    100_000
+}
+fn default_window_tasks() -> u64 {
+    tailor_core::tailguard::admission::PAPER_WINDOW_TASKS
+}
+fn default_overload() -> f64 {
+    1.5
+}
+
+/// A loaded config: the file's directory resolves relative table paths.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    pub cfg: DemoConfig,
+    pub base_dir: PathBuf,
+    /// Unscaled service time.
+    pub service: Dist,
+}
+
+impl Loaded {
+    pub fn from_toml(text: &str, path: &Path) -> Result<Loaded, crate::Error> {
+        let cfg: DemoConfig =
+            toml::from_str(text).map_err(|e| crate::Error::Config(format!("{}: {e}", path.display())))?;
+        let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let service = cfg
+            .service_time
+            .build(&base_dir)
+            .map_err(|e| crate::Error::Config(format!("{}: service_time: {e}", path.display())))?;
+        let problems = cfg.problems();
+        if !problems.is_empty() {
+            return Err(crate::Error::Config(format!("{}: {}", path.display(), problems.join("; "))));
+        }
+        Ok(Loaded { cfg, base_dir, service })
+    }
+
+    pub fn load(path: &Path) -> Result<Loaded, crate::Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| crate::Error::Io(format!("{}: {e}", path.display())))?;
+        Self::from_toml(&text, path)
+    }
+
+    fn scaled_ns(&self, ms: f64) -> Nanos {
+        from_millis_f64(ms * self.cfg.time_scale)
+    }
+
+    pub fn slo_classes(&self) -> Vec<SloClass> {
+        self.cfg
+            .classes
+            .iter()
+            .map(|c| SloClass { p: c.percentile / 100.0, slo_ns: self.scaled_ns(c.slo_ms) })
+            .collect()
+    }
+
+    pub fn mix(&self) -> Mix {
+        Mix {
+            class_weights: self.cfg.classes.iter().map(|c| c.weight).collect(),
+            fanouts: self.cfg.fanouts.values.iter().copied().zip(self.cfg.fanouts.weights.iter().copied()).collect(),
+        }
+    }
+
+    /// Per-server (service scale, pick weight).
+    pub fn server_shapes(&self) -> Vec<(f64, f64)> {
+        let mut v = vec![(1.0, 1.0); self.cfg.servers];
+        for g in &self.cfg.groups {
+            for s in v.iter_mut().skip(g.first).take(g.count) {
+                *s = (g.scale, g.weight);
+            }
+        }
+        v
+    }
+
+    /// Query rate for a load fraction: load = λ · E[k] · E[S] / N (nominal E[S], scaled).
+    pub fn rate_for(&self, load: f64) -> f64 {
+        let mean_s = self.service.mean_ns() * self.cfg.time_scale / 1e9;
+        load * self.cfg.servers as f64 / (self.mix().mean_fanout() * mean_s)
+    }
+}
+
+impl DemoConfig {
+    fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.servers == 0 {
+            p.push("servers = 0: need at least one task server".into());
+        }
+        if !(self.time_scale.is_finite() && self.time_scale > 0.0) {
+            p.push(format!("time_scale = {}: must be positive", self.time_scale));
+        }
+        if self.fanouts.values.len() != self.fanouts.weights.len() || self.fanouts.values.is_empty() {
+            p.push("fanouts: `values` and `weights` must be non-empty and the same length".into());
+        }
+        if let Some(k) = self.fanouts.values.iter().find(|&&k| k == 0 || k as usize > self.servers) {
+            p.push(format!("fanouts: {k} must be between 1 and servers = {}", self.servers));
+        }
+        if self.classes.is_empty() {
+            p.push("[[class]]: give at least one SLO class".into());
+        }
+        for (i, c) in self.classes.iter().enumerate() {
+            if !(c.slo_ms > 0.0 && c.percentile > 0.0 && c.percentile < 100.0) {
+                p.push(format!("[[class]] {i} ({}): slo_ms > 0 and 0 < percentile < 100", c.name));
+            }
+        }
+        for g in &self.groups {
+            let positive = |x: f64| x.is_finite() && x > 0.0;
+            if g.first + g.count > self.servers || !positive(g.scale) || !positive(g.weight) {
+                p.push(format!(
+                    "[[group]] first = {}, count = {}: must lie within the {} servers, with scale and weight > 0",
+                    g.first, g.count, self.servers
+                ));
+            }
+        }
+        let s = &self.search;
+        if !(0.0 < s.min_load && s.min_load < s.max_load && s.tolerance > 0.0 && s.measure_s > 0.0) {
+            p.push("[search]: need 0 < min_load < max_load, tolerance > 0, measure_s > 0".into());
+        }
+        p
+    }
+}
+
+/// A distribution stretched by a factor, as a CDF (the offline estimate).
+#[derive(Clone, Debug)]
+pub struct Scaled {
+    pub dist: Dist,
+    pub factor: f64,
+}
+
+impl Cdf for Scaled {
+    fn cdf(&self, x: Nanos) -> f64 {
+        self.dist.cdf_f64(x as f64 / self.factor)
+    }
+    fn quantile(&self, p: f64) -> Nanos {
+        (self.dist.quantile_f64(p) * self.factor).round() as Nanos
+    }
+}
+
+// === real runs ===
+
+/// One probe's outcome.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    pub load: f64,
+    pub met: bool,
+    pub report: RunReport,
+    /// Worst (group p-quantile / class SLO).
+    pub worst_ratio: f64,
+    pub timer_p99_late_ns: Nanos,
+    pub tasks_missed_pct: f64,
+}
+
+/// Runs one probe on a fresh runtime: servers, handler, open-loop load.
+pub fn run_real(
+    l: &Loaded,
+    scheme: Scheme,
+    load: f64,
+    admission: Option<AdmissionConfig>,
+    warmup: Duration,
+    measure: Duration,
+) -> Result<Probe, crate::Error> {
+    run_real_with(l, scheme, load, admission, warmup, measure, None)
+}
+
+/// [`run_real`], optionally with requests of sequential queries instead of single queries.
+pub fn run_real_with(
+    l: &Loaded,
+    scheme: Scheme,
+    load: f64,
+    admission: Option<AdmissionConfig>,
+    warmup: Duration,
+    measure: Duration,
+    sequential: Option<(Vec<u32>, BudgetSplit)>,
+) -> Result<Probe, crate::Error> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .on_thread_start(|| {
+            crate::timer::raise_thread_priority();
+        })
+        .enable_all()
+        .build()
+        .map_err(|e| crate::Error::Io(e.to_string()))?;
+    rt.block_on(async {
+        let timer = Arc::new(PreciseTimer::start().map_err(|e| crate::Error::Io(e.to_string()))?);
+        let shapes = l.server_shapes();
+        let mut servers = Vec::new();
+        for (i, &(scale, _)) in shapes.iter().enumerate() {
+            let policy = if l.cfg.queuing == Queuing::Central { PolicySpec::Fifo } else { scheme.queue_policy() };
+            let cfg = TaskServerConfig {
+                policy,
+                service: l.service.clone(),
+                scale: scale * l.cfg.time_scale,
+                max_queue: 100_000,
+                seed: l.cfg.seed.wrapping_mul(1000).wrapping_add(i as u64),
+            };
+            servers.push(TaskServer::spawn(cfg, timer.clone(), "127.0.0.1:0".parse().expect("loopback")).await?);
+        }
+        let weights: Vec<f64> = shapes.iter().map(|s| s.1).collect();
+        let uniform = weights.iter().all(|&w| w == 1.0);
+        let handler = Handler::new(HandlerConfig {
+            scheme,
+            queuing: l.cfg.queuing,
+            classes: l.slo_classes(),
+            servers: servers.iter().map(|s| s.addr).collect(),
+            server_weights: if uniform { Vec::new() } else { weights },
+            offline: Arc::new(Scaled { dist: l.service.clone(), factor: l.cfg.time_scale }),
+            admission,
+            refresh: Duration::from_millis(250),
+            min_samples: 200.0,
+            seed: l.cfg.seed,
+        })?;
+        let refresher = handler.spawn_refresher();
+        let rate = match &sequential {
+            // Load counts tasks: a request brings Σk tasks instead of E[k].
+            Some((ks, _)) => l.rate_for(load) * l.mix().mean_fanout() / ks.iter().sum::<u32>() as f64,
+            None => l.rate_for(load),
+        };
+        let spec = RunSpec {
+            rate_qps: rate,
+            warmup,
+            measure,
+            mix: l.mix(),
+            seed: l.cfg.seed ^ (load * 1e6) as u64,
+            max_in_flight: 50_000,
+            sequential: sequential.clone(),
+        };
+        timer.reset_lateness();
+        let report = loadgen::run(handler.clone(), timer.clone(), &spec).await;
+        refresher.abort();
+        let worst = worst_ratio(&report, &l.slo_classes());
+        let tasks = handler.stats.tasks.load(std::sync::atomic::Ordering::Relaxed).max(1);
+        let missed = handler.stats.tasks_missed.load(std::sync::atomic::Ordering::Relaxed);
+        Ok(Probe {
+            load,
+            met: worst <= 1.0 && report.completed() > 0 && report.errors == 0,
+            worst_ratio: worst,
+            timer_p99_late_ns: timer.lateness().p99_ns,
+            tasks_missed_pct: 100.0 * missed as f64 / tasks as f64,
+            report,
+        })
+    })
+}
+
+/// Groups with fewer queries than this are judged pooled with their class's
+/// other small groups: the p99 of 70 queries is their maximum, which one
+/// scheduling hiccup of the shared machine decides.
+pub const MIN_GROUP_QUERIES: usize = 200;
+
+/// Worst (p-quantile / SLO) over the (class, fan-out) groups with at least
+/// [`MIN_GROUP_QUERIES`] queries and, per class, the pool of its smaller groups.
+pub fn worst_ratio(report: &RunReport, classes: &[SloClass]) -> f64 {
+    let mut worst: f64 = 0.0;
+    let mut pooled: Vec<loadgen::Group> = vec![loadgen::Group::default(); classes.len()];
+    for (&(class, _), g) in &report.groups {
+        let c = classes[class as usize];
+        if g.latencies_ns.len() >= MIN_GROUP_QUERIES {
+            worst = worst.max(g.quantile(c.p) as f64 / c.slo_ns as f64);
+        } else {
+            pooled[class as usize].latencies_ns.extend_from_slice(&g.latencies_ns);
+        }
+    }
+    for (g, c) in pooled.iter().zip(classes) {
+        if !g.latencies_ns.is_empty() {
+            worst = worst.max(g.quantile(c.p) as f64 / c.slo_ns as f64);
+        }
+    }
+    worst
+}
+
+/// Bisection for the highest load whose probe meets every SLO.
+pub fn search_real(
+    l: &Loaded,
+    scheme: Scheme,
+    warmup: Duration,
+    measure: Duration,
+    mut log: impl FnMut(&Probe),
+) -> Result<(f64, Vec<Probe>), crate::Error> {
+    let s = &l.cfg.search;
+    let (mut lo, mut hi) = (s.min_load, s.max_load);
+    let mut probes = Vec::new();
+    let first = run_real(l, scheme, lo, None, warmup, measure)?;
+    log(&first);
+    let lo_met = first.met;
+    probes.push(first);
+    if !lo_met {
+        return Ok((0.0, probes));
+    }
+    while hi - lo > s.tolerance {
+        let mid = (lo + hi) / 2.0;
+        let p = run_real(l, scheme, mid, None, warmup, measure)?;
+        log(&p);
+        if p.met {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+        probes.push(p);
+    }
+    Ok((lo, probes))
+}
+
+// === the simulator, same configuration ===
+
+/// The simulator scenario equivalent to the config, for one scheme.
+pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme) -> Result<String, crate::Error> {
+    let service = match &l.cfg.service_time {
+        // The simulator scenario is given the config's own directory, so a
+        // relative table path resolves the same way.
+        DistSpec::Empirical { file, scale } => {
+            format!(
+                "{{ kind = \"empirical\", file = {:?}, scale = {} }}",
+                file.display().to_string(),
+                scale * l.cfg.time_scale
+            )
+        }
+        DistSpec::Exp { mean_ms } => format!("{{ kind = \"exp\", mean_ms = {} }}", mean_ms * l.cfg.time_scale),
+        DistSpec::Fixed { value_ms } => format!("{{ kind = \"fixed\", value_ms = {} }}", value_ms * l.cfg.time_scale),
+        other => {
+            return Err(crate::Error::Config(format!(
+                "the simulator comparison supports empirical, exp and fixed service times, not {other:?}"
+            )))
+        }
+    };
+    let policy = match scheme {
+        Scheme::TfEdfq | Scheme::TEdfq => "edf",
+        Scheme::Priq => "priq",
+        Scheme::Fifo => "fifo",
+    };
+    let mode = if scheme == Scheme::TEdfq { "slo" } else { "tailguard" };
+    let s = &l.cfg.search;
+    let list = |v: Vec<String>| v.join(", ");
+    let mut t = format!(
+        "name = \"{name}-{policy}-{mode}\"\nseed = {seed}\nrequests = {req}\nwarmup = {warm}\n\n[load]\nutilization = {lo}\n\n\
+         [[service]]\nname = \"server\"\ninstances = {n}\ncores = 1\npolicy = {{ kind = \"{policy}\" }}\nservice_time = {service}\n\n\
+         [[stage]]\nname = \"query\"\nservice = \"server\"\nfanout = {{ values = [{vals}], weights = [{ws}] }}\n\n",
+        name = l.cfg.name,
+        seed = l.cfg.seed,
+        req = s.sim_requests,
+        warm = s.sim_requests / 10,
+        lo = s.min_load,
+        n = l.cfg.servers,
+        vals = list(l.cfg.fanouts.values.iter().map(|v| v.to_string()).collect()),
+        ws = list(l.cfg.fanouts.weights.iter().map(|v| v.to_string()).collect()),
+    );
+    for c in &l.cfg.classes {
+        t += &format!(
+            "[[class]]\nname = \"{}\"\nweight = {}\nslo_ms = {}\npercentile = {}\n\n",
+            c.name,
+            c.weight,
+            c.slo_ms * l.cfg.time_scale,
+            c.percentile
+        );
+    }
+    t += &format!(
+        "[deadlines]\nmode = \"{mode}\"\n\n[search]\npolicies = [ {{ kind = \"{policy}\" }} ]\nmin_utilization = {}\nmax_utilization = {}\ntolerance = {}\n",
+        s.min_load,
+        s.max_load,
+        s.tolerance.min(0.01)
+    );
+    Ok(t)
+}
+
+/// Max load under SLO in the simulator for one scheme.
+pub fn search_sim(l: &Loaded, scheme: Scheme) -> Result<f64, crate::Error> {
+    let text = sim_scenario_toml(l, scheme)?;
+    let path = l.base_dir.join(format!("{}-sim.toml", l.cfg.name));
+    let loaded =
+        Scenario::from_toml(&text, &path).map_err(|e| crate::Error::Config(format!("simulator scenario: {e}")))?;
+    let results = tailor_sim::sweep::max_load(&loaded, &Overrides::default(), 1)
+        .map_err(|e| crate::Error::Config(format!("simulator: {e}")))?;
+    Ok(results.first().map_or(0.0, |r| r.max_utilization))
+}
+
+// === the demo ===
+
+/// How long each probe runs, and how many.
+#[derive(Clone, Copy, Debug)]
+pub struct Pace {
+    pub warmup: Duration,
+    pub measure: Duration,
+    /// Bisection tolerance (load fraction).
+    pub tolerance: f64,
+}
+
+impl Pace {
+    /// The config's own pace, or a short one for tests (`--quick`).
+    pub fn of(l: &Loaded, quick: bool) -> Pace {
+        let s = &l.cfg.search;
+        if quick {
+            Pace { warmup: Duration::from_millis(500), measure: Duration::from_secs(2), tolerance: 0.1 }
+        } else {
+            Pace {
+                warmup: Duration::from_secs_f64(s.warmup_s),
+                measure: Duration::from_secs_f64(s.measure_s),
+                tolerance: s.tolerance,
+            }
+        }
+    }
+}
+
+/// One scheme's line in the demo table.
+#[derive(Clone, Debug)]
+pub struct SchemeResult {
+    pub scheme: Scheme,
+    pub real_max_load: f64,
+    pub sim_max_load: Option<f64>,
+    pub probes: Vec<Probe>,
+}
+
+/// Admission control at overload.
+#[derive(Clone, Debug)]
+pub struct AdmissionResult {
+    pub r_th: f64,
+    pub offered_load: f64,
+    pub accepted_load: f64,
+    /// Per class: (name, p-quantile ms, SLO ms).
+    pub classes: Vec<(String, f64, f64)>,
+    pub rejected_pct: f64,
+}
+
+/// Max load under SLO for every scheme, real and simulated.
+pub fn run_schemes(
+    l: &Loaded,
+    pace: Pace,
+    with_sim: bool,
+    mut log: impl FnMut(&str),
+) -> Result<Vec<SchemeResult>, crate::Error> {
+    let mut lq = l.clone();
+    lq.cfg.search.tolerance = pace.tolerance;
+    let mut out = Vec::new();
+    for &scheme in &l.cfg.schemes {
+        let (max, probes) = search_real(&lq, scheme, pace.warmup, pace.measure, |p| {
+            log(&format!(
+                "  {:<8} load {:.3}: {} (worst p/SLO {:.3}, {} queries, task miss {:.2}%, timer p99 late {} µs)",
+                scheme.name(),
+                p.load,
+                if p.met { "meets SLOs" } else { "misses" },
+                p.worst_ratio,
+                p.report.completed(),
+                p.tasks_missed_pct,
+                p.timer_p99_late_ns / 1000
+            ))
+        })?;
+        let sim = if with_sim { Some(search_sim(&lq, scheme)?) } else { None };
+        log(&format!(
+            "{}: real max load {:.3}{}",
+            scheme.name(),
+            max,
+            sim.map_or(String::new(), |s| format!(", simulated {s:.3}"))
+        ));
+        out.push(SchemeResult { scheme, real_max_load: max, sim_max_load: sim, probes });
+    }
+    Ok(out)
+}
+
+/// Runs TF-EDFQ with admission control at `offered` load and R_th.
+pub fn run_admission(l: &Loaded, pace: Pace, r_th: f64, offered: f64) -> Result<AdmissionResult, crate::Error> {
+    let a = l
+        .cfg
+        .admission
+        .as_ref()
+        .ok_or_else(|| crate::Error::Config(format!("{}: needs an [admission] section", l.cfg.name)))?;
+    let adm = AdmissionConfig {
+        r_th,
+        window: Duration::from_secs_f64(a.window_ms * l.cfg.time_scale / 1e3),
+        window_tasks: a.window_tasks,
+    };
+    let p = run_real(l, Scheme::TfEdfq, offered, Some(adm), pace.warmup, pace.measure)?;
+    let classes = l.slo_classes();
+    let mut per_class = Vec::new();
+    for (i, c) in l.cfg.classes.iter().enumerate() {
+        let mut all = loadgen::Group::default();
+        for (&(class, _), g) in &p.report.groups {
+            if class as usize == i {
+                all.latencies_ns.extend_from_slice(&g.latencies_ns);
+            }
+        }
+        let q = all.quantile(classes[i].p) as f64 / 1e6;
+        per_class.push((c.name.clone(), q, classes[i].slo_ns as f64 / 1e6));
+    }
+    let r = &p.report;
+    let accepted = offered * r.tasks_admitted as f64 / r.tasks_offered.max(1) as f64;
+    Ok(AdmissionResult {
+        r_th,
+        offered_load: offered,
+        accepted_load: accepted,
+        classes: per_class,
+        rejected_pct: 100.0 * r.rejected() as f64 / r.offered.max(1) as f64,
+    })
+}
+
+impl AdmissionResult {
+    /// Every class's p-quantile within its SLO (per class, over all fan-outs).
+    pub fn holds(&self) -> bool {
+        self.classes.iter().all(|c| c.1 <= c.2)
+    }
+}
+
+/// `calibrate`: the largest R_th candidate that holds every class SLO at
+/// `overload` × the max load, on the real testbed.
+pub fn calibrate(
+    l: &Loaded,
+    pace: Pace,
+    max_load: f64,
+    mut log: impl FnMut(&str),
+) -> Result<(Option<f64>, Vec<AdmissionResult>), crate::Error> {
+    let a = l
+        .cfg
+        .admission
+        .clone()
+        .ok_or_else(|| crate::Error::Config(format!("{}: needs an [admission] section", l.cfg.name)))?;
+    let mut cands = a.r_th_candidates.clone();
+    cands.sort_by(|x, y| y.total_cmp(x));
+    let mut results = Vec::new();
+    let mut best = None;
+    for r_th in cands {
+        let r = run_admission(l, pace, r_th, max_load * a.overload)?;
+        log(&format!(
+            "  R_th {:.4}: offered {:.3}, accepted {:.3} ({:.1}% rejected), {}",
+            r_th,
+            r.offered_load,
+            r.accepted_load,
+            r.rejected_pct,
+            r.classes.iter().map(|c| format!("{} p99 {:.2}/{:.1} ms", c.0, c.1, c.2)).collect::<Vec<_>>().join(", ")
+        ));
+        let holds = r.holds();
+        results.push(r);
+        if holds {
+            best = Some(r_th);
+            break;
+        }
+    }
+    Ok((best, results))
+}
+
+/// The side-by-side table.
+pub fn format_table(l: &Loaded, results: &[SchemeResult]) -> String {
+    let mut t = format!(
+        "{} — {} task servers, fan-outs {:?}, {} class(es), queuing {:?}, time ×{}\n\n",
+        l.cfg.name,
+        l.cfg.servers,
+        l.cfg.fanouts.values,
+        l.cfg.classes.len(),
+        l.cfg.queuing,
+        l.cfg.time_scale
+    );
+    t += "| scheme | real max load | simulated max load | real − sim | TF-EDFQ gain (real) |\n|---|---:|---:|---:|---:|\n";
+    let tf = results.iter().find(|r| r.scheme == Scheme::TfEdfq).map(|r| r.real_max_load);
+    for r in results {
+        let sim = r.sim_max_load.map_or("—".into(), |s| format!("{s:.3}"));
+        let diff = r.sim_max_load.map_or("—".into(), |s| format!("{:+.3}", r.real_max_load - s));
+        let gain = match tf {
+            Some(tf) if r.scheme != Scheme::TfEdfq && r.real_max_load > 0.0 => {
+                format!("{:+.0}%", 100.0 * (tf / r.real_max_load - 1.0))
+            }
+            _ => "—".into(),
+        };
+        t += &format!("| {} | {:.3} | {} | {} | {} |\n", r.scheme.name(), r.real_max_load, sim, diff, gain);
+    }
+    t
+}

@@ -1,0 +1,706 @@
+//! The query handler: per query, fan-out, TailGuard deadlines, dispatch, merge, admission control.
+//!
+//! For each query (class, fan-out k_f, optional per-query SLO) the handler
+//! 1. asks the [`AdmissionController`] (rejects fast while the task
+//!    deadline-miss ratio over its window exceeds R_th);
+//! 2. picks k_f distinct task servers (weighted, so some can be made hotter);
+//! 3. computes the deadline by the [`Scheme`]: TF-EDFQ (and, for accounting,
+//!    PRIQ and FIFO) use t_D = t0 + SLO − x_p^u(k_f) from the [`Planner`];
+//!    T-EDFQ uses t0 + SLO;
+//! 4. sends the tasks with the deadline in the `tailor-context` header, either
+//!    straight to the servers (they queue, [`Queuing::AtServers`]) or into one
+//!    queue per server here, released one at a time when that server is free
+//!    ([`Queuing::Central`], the paper's testbed);
+//! 5. answers when the slowest task returns.
+//!
+//! The planner's per-server CDFs of post-dequeue time start from an offline
+//! distribution and are learned online (§III.B.2): every task result adds
+//! (round trip − time queued at the server) to its server's histogram, or,
+//! centrally queued, (result time − release time). A background refresh
+//! builds a new planner from the histograms off the query path and swaps it
+//! in, then halves the histograms' weights so they track change.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tailor_core::dist::Cdf;
+use tailor_core::latency::LatencyHistogram;
+use tailor_core::policy::{AnyPolicy, Job, JobId, Policy, PolicySpec};
+use tailor_core::rng::Rng;
+use tailor_core::tailguard::{
+    AdmissionController, BudgetSplit, Planner, PlannerError, SequentialPlan, SharedCdf, SloClass, TailModel,
+    WorstCaseMax,
+};
+use tailor_core::time::Nanos;
+use tailor_core::{wire, Context};
+use tokio::sync::oneshot;
+
+use crate::clock::wall_ns;
+use crate::server::{MISSED, QUEUE_NS};
+
+/// Which deadline the tasks carry and how task queues order them (TailGuard §III.A).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scheme {
+    /// EDF on t0 + SLO − x_p^u(k_f): TailGuard.
+    TfEdfq,
+    /// EDF on t0 + SLO.
+    TEdfq,
+    /// Strict class priority, FIFO within a class.
+    Priq,
+    /// First in, first out.
+    Fifo,
+}
+
+impl Scheme {
+    pub const ALL: [Scheme; 4] = [Scheme::TfEdfq, Scheme::TEdfq, Scheme::Priq, Scheme::Fifo];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::TfEdfq => "TF-EDFQ",
+            Scheme::TEdfq => "T-EDFQ",
+            Scheme::Priq => "PRIQ",
+            Scheme::Fifo => "FIFO",
+        }
+    }
+
+    /// The core policy a task queue runs for this scheme.
+    pub fn queue_policy(self) -> PolicySpec {
+        match self {
+            Scheme::TfEdfq | Scheme::TEdfq => PolicySpec::Edf,
+            Scheme::Priq => PolicySpec::Priq,
+            Scheme::Fifo => PolicySpec::Fifo,
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Scheme, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "tf-edfq" | "tailguard" => Ok(Scheme::TfEdfq),
+            "t-edfq" => Ok(Scheme::TEdfq),
+            "priq" => Ok(Scheme::Priq),
+            "fifo" => Ok(Scheme::Fifo),
+            other => Err(format!("scheme `{other}`: expected tf-edfq, t-edfq, priq or fifo")),
+        }
+    }
+}
+
+/// Where tasks wait (TailGuard Fig. 2 allows both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Queuing {
+    /// Tasks go to the servers at once and queue there.
+    AtServers,
+    /// One queue per server in the handler; a task is released when its server is free.
+    Central,
+}
+
+/// Admission control settings.
+#[derive(Clone, Copy, Debug)]
+pub struct AdmissionConfig {
+    pub r_th: f64,
+    /// Outcomes older than this leave the window.
+    pub window: Duration,
+    /// At most this many of the latest task outcomes (the paper: 100,000).
+    pub window_tasks: u64,
+}
+
+/// Everything a handler needs.
+#[derive(Clone)]
+pub struct HandlerConfig {
+    pub scheme: Scheme,
+    pub queuing: Queuing,
+    pub classes: Vec<SloClass>,
+    pub servers: Vec<SocketAddr>,
+    /// Relative chance of each server being picked (empty: uniform).
+    pub server_weights: Vec<f64>,
+    /// The offline estimate of every server's post-dequeue time CDF.
+    pub offline: SharedCdf,
+    pub admission: Option<AdmissionConfig>,
+    /// How often the planner is rebuilt from the learned CDFs.
+    pub refresh: Duration,
+    /// Samples a server's histogram needs before it replaces the offline CDF.
+    pub min_samples: f64,
+    pub seed: u64,
+}
+
+/// A query as the caller describes it.
+#[derive(Clone, Copy, Debug)]
+pub struct QuerySpec {
+    pub class: u8,
+    pub fanout: u32,
+    /// Overrides the class SLO for this query (per-query SLOs).
+    pub slo_ns: Option<Nanos>,
+}
+
+/// A query that ran.
+#[derive(Clone, Copy, Debug)]
+pub struct QueryOutcome {
+    /// t0 to the slowest task's result, at the handler.
+    pub latency_ns: Nanos,
+    /// t_D − t0 (negative: infeasible even unloaded).
+    pub budget_ns: i64,
+    pub tasks_missed: u32,
+}
+
+/// Why a query did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error(
+        "rejected by admission control: task deadline-miss ratio {ratio:.4} over the window exceeds R_th = {r_th}"
+    )]
+    Rejected { ratio: f64, r_th: f64 },
+    #[error("class {class} does not exist: the handler has {classes} classes (0-based)")]
+    NoSuchClass { class: u8, classes: usize },
+    #[error("fanout {fanout}: must be between 1 and the {servers} task servers")]
+    BadFanout { fanout: u32, servers: usize },
+    #[error("task server {server}: {message}")]
+    Task { server: SocketAddr, message: String },
+    #[error("sequential request plan: {0}")]
+    Plan(String),
+}
+
+/// Handler counters.
+#[derive(Debug, Default)]
+pub struct HandlerStats {
+    pub admitted: AtomicU64,
+    pub rejected: AtomicU64,
+    pub tasks: AtomicU64,
+    pub tasks_missed: AtomicU64,
+    pub task_errors: AtomicU64,
+    pub planner_refreshes: AtomicU64,
+    /// Sequential plans computed (background refreshes, `prepare_request`, cold misses).
+    pub plan_computes: AtomicU64,
+    /// Their total compute time, ns.
+    pub plan_compute_ns: AtomicU64,
+    /// Plans a request had to compute itself because its shape was never
+    /// prepared: the only time a request waits for a plan (once per shape).
+    pub plan_cold_misses: AtomicU64,
+}
+
+/// Grid cells of a sequential plan's convolution (core's `sum_quantile`). Cost
+/// is O(grid²) flops whatever M is; 2048 keeps one plan to a few ms (core's
+/// default 8192 took tens of ms), and the bracket on x_p^{R,u} stays within
+/// M·ΣT_i/2048, and the plan uses its upper end (the conservative side).
+pub const PLAN_GRID: usize = 2048;
+
+/// At most this many request shapes (class, fan-outs, split) get a plan: each
+/// one is recomputed at every refresh, so the refresh cost is bounded too.
+pub const MAX_PLANS: usize = 64;
+
+/// The budget plans of the request shapes seen so far, and the per-server CDFs
+/// they were computed from. Requests only look plans up here (a linear scan of
+/// at most [`MAX_PLANS`] entries, no allocation); plans are computed with no
+/// lock held and swapped in.
+struct Plans {
+    cdfs: Arc<Vec<SharedCdf>>,
+    entries: Vec<(PlanKey, Arc<SequentialPlan>)>,
+}
+
+impl Plans {
+    fn find(&self, class: u8, fanouts: &[u32], proportional: bool) -> Option<Arc<SequentialPlan>> {
+        self.entries
+            .iter()
+            .find(|((c, ks, p), _)| *c == class && *p == proportional && ks[..] == *fanouts)
+            .map(|(_, plan)| plan.clone())
+    }
+}
+
+/// One server's queue in the handler (central queuing).
+struct CentralQueue {
+    policy: AnyPolicy,
+    waiting: HashMap<JobId, oneshot::Sender<()>>,
+    released: Option<JobId>,
+    next_id: JobId,
+}
+
+pub struct Handler {
+    cfg: HandlerConfig,
+    client: Client<HttpConnector, Empty<Bytes>>,
+    planner: Mutex<Planner>,
+    learned: Vec<Mutex<LatencyHistogram>>,
+    admission: Option<Mutex<AdmissionController>>,
+    central: Vec<Mutex<CentralQueue>>,
+    rng: Mutex<Rng>,
+    /// Sequential-request budget plans, per (class, fan-outs, split); replaced
+    /// (never cleared) at each refresh, so a request always finds the latest.
+    plans: Mutex<Plans>,
+    pub stats: HandlerStats,
+}
+
+/// (class, fan-outs, proportional split?) of a cached sequential plan.
+type PlanKey = (u8, Vec<u32>, bool);
+
+/// A request of sequential queries that ran.
+#[derive(Clone, Debug)]
+pub struct RequestOutcome {
+    pub latency_ns: Nanos,
+    /// T_b^R = request SLO − x_p^{R,u}.
+    pub budget_ns: i64,
+    pub tasks_missed: u32,
+    /// The plan the request ran with.
+    pub plan: Arc<SequentialPlan>,
+    /// What each query was given, in order.
+    pub queries: Vec<QueryDeadline>,
+}
+
+/// One sequential query's deadline, as the request computed it.
+#[derive(Clone, Copy, Debug)]
+pub struct QueryDeadline {
+    /// When the query started (after the previous one answered).
+    pub start_ns: Nanos,
+    /// The task deadline it carried: start + B_i (start when B_i < 0).
+    pub deadline_ns: Nanos,
+    /// Pre-dequeuing time the earlier queries spent (Σ_{j<i} t_pr,j).
+    pub used_before_ns: Nanos,
+    /// This query's own pre-dequeuing time t_pr,i.
+    pub used_ns: Nanos,
+}
+
+impl Handler {
+    /// Builds a handler; call [`Handler::spawn_refresher`] to learn CDFs online.
+    pub fn new(cfg: HandlerConfig) -> Result<Arc<Handler>, crate::Error> {
+        if cfg.servers.is_empty() {
+            return Err(crate::Error::Config("the handler needs at least one task server".into()));
+        }
+        if !cfg.server_weights.is_empty() && cfg.server_weights.len() != cfg.servers.len() {
+            return Err(crate::Error::Config(format!(
+                "server_weights has {} entries for {} servers",
+                cfg.server_weights.len(),
+                cfg.servers.len()
+            )));
+        }
+        let n = cfg.servers.len();
+        let mut planner = Planner::new(cfg.classes.clone(), TailModel::PerServer(vec![cfg.offline.clone(); n]))
+            .map_err(|e| crate::Error::Config(e.to_string()))?;
+        planner.precompute(n as u32);
+        let admission = match cfg.admission {
+            Some(a) => Some(Mutex::new(
+                AdmissionController::new(a.r_th, (a.window.as_nanos() as Nanos).max(1))
+                    .map_err(|e| crate::Error::Config(format!("admission: {e}")))?
+                    .with_window_tasks(a.window_tasks),
+            )),
+            None => None,
+        };
+        let central = if cfg.queuing == Queuing::Central {
+            (0..n)
+                .map(|i| {
+                    let policy = cfg
+                        .scheme
+                        .queue_policy()
+                        .build_any(1, cfg.seed ^ i as u64)
+                        .map_err(|e| crate::Error::Config(e.to_string()))?;
+                    Ok(Mutex::new(CentralQueue { policy, waiting: HashMap::new(), released: None, next_id: 0 }))
+                })
+                .collect::<Result<Vec<_>, crate::Error>>()?
+        } else {
+            Vec::new()
+        };
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(1024)
+            .build_http();
+        Ok(Arc::new(Handler {
+            learned: (0..n).map(|_| Mutex::new(LatencyHistogram::new())).collect(),
+            planner: Mutex::new(planner),
+            plans: Mutex::new(Plans { cdfs: Arc::new(vec![cfg.offline.clone(); n]), entries: Vec::new() }),
+            admission,
+            central,
+            rng: Mutex::new(Rng::new(cfg.seed)),
+            client,
+            cfg,
+            stats: HandlerStats::default(),
+        }))
+    }
+
+    pub fn config(&self) -> &HandlerConfig {
+        &self.cfg
+    }
+
+    /// Rebuilds the planner from the learned CDFs every `cfg.refresh` (tokio
+    /// task). The rebuild (and the sequential plans, ms each) runs on the
+    /// blocking pool so it never occupies a worker that serves queries.
+    pub fn spawn_refresher(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(self);
+        let every = self.cfg.refresh;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(h) = weak.upgrade() else { return };
+                let _ = tokio::task::spawn_blocking(move || h.refresh_planner()).await;
+            }
+        })
+    }
+
+    /// Computes one plan on `cdfs` (no lock held) and counts its cost.
+    fn compute_plan(&self, cdfs: &[SharedCdf], key: &PlanKey) -> Result<SequentialPlan, PlannerError> {
+        let started = Instant::now();
+        let (class, fanouts, proportional) = key;
+        let split = if *proportional { BudgetSplit::Proportional } else { BudgetSplit::Equal };
+        let queries: Vec<WorstCaseMax<SharedCdf>> =
+            fanouts.iter().map(|&k| WorstCaseMax { servers: cdfs, k }).collect();
+        let plan = SequentialPlan::new(self.cfg.classes[*class as usize], &queries, split, PLAN_GRID);
+        self.stats.plan_computes.fetch_add(1, Ordering::Relaxed);
+        self.stats.plan_compute_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        plan
+    }
+
+    /// Checks a request shape, computes its plan (no lock held) if it has none
+    /// yet, and keeps it refreshed from then on. Call it for every request
+    /// shape before sending load, so no request computes a plan.
+    pub fn prepare_request(
+        &self,
+        class: u8,
+        fanouts: &[u32],
+        split: BudgetSplit,
+    ) -> Result<Arc<SequentialPlan>, QueryError> {
+        let n = self.cfg.servers.len();
+        if class as usize >= self.cfg.classes.len() {
+            return Err(QueryError::NoSuchClass { class, classes: self.cfg.classes.len() });
+        }
+        if fanouts.is_empty() {
+            return Err(QueryError::Plan("a request needs at least one query (fan-outs are empty)".into()));
+        }
+        if let Some(&k) = fanouts.iter().find(|&&k| k == 0 || k as usize > n) {
+            return Err(QueryError::BadFanout { fanout: k, servers: n });
+        }
+        let proportional = split == BudgetSplit::Proportional;
+        let cdfs = {
+            let plans = self.plans.lock().expect("plans poisoned");
+            if let Some(p) = plans.find(class, fanouts, proportional) {
+                return Ok(p);
+            }
+            if plans.entries.len() >= MAX_PLANS {
+                return Err(QueryError::Plan(format!(
+                    "more than {MAX_PLANS} request shapes (class, fan-outs, split): each is re-planned at every refresh; use fewer"
+                )));
+            }
+            plans.cdfs.clone()
+        };
+        let key = (class, fanouts.to_vec(), proportional);
+        let plan = Arc::new(self.compute_plan(&cdfs, &key).map_err(|e| QueryError::Plan(e.to_string()))?);
+        let mut plans = self.plans.lock().expect("plans poisoned");
+        // Another caller may have planned the same shape meanwhile: keep one.
+        if let Some(p) = plans.find(class, fanouts, proportional) {
+            return Ok(p);
+        }
+        if plans.entries.len() < MAX_PLANS {
+            plans.entries.push((key, plan.clone()));
+        }
+        Ok(plan)
+    }
+
+    /// The current plan of a request shape, if it has one (a lookup only).
+    pub fn current_plan(&self, class: u8, fanouts: &[u32], split: BudgetSplit) -> Option<Arc<SequentialPlan>> {
+        self.plans.lock().expect("plans poisoned").find(class, fanouts, split == BudgetSplit::Proportional)
+    }
+
+    /// One online update (§III.B.2): servers with enough samples get their learned CDF.
+    pub fn refresh_planner(&self) {
+        let n = self.cfg.servers.len();
+        let cdfs: Vec<SharedCdf> = self
+            .learned
+            .iter()
+            .map(|h| {
+                let mut h = h.lock().expect("histogram poisoned");
+                let cdf: SharedCdf =
+                    if h.count() >= self.cfg.min_samples { Arc::new(h.snapshot()) } else { self.cfg.offline.clone() };
+                h.decay(0.5);
+                cdf
+            })
+            .collect();
+        // Built and precomputed off the lock; queries keep using the old one meanwhile.
+        let Ok(mut fresh) = Planner::new(self.cfg.classes.clone(), TailModel::PerServer(cdfs.clone())) else { return };
+        fresh.precompute(n as u32);
+        // Same for the sequential plans: recomputed on the new CDFs with no
+        // lock held; requests keep the old plans until the swap below.
+        let keys: Vec<PlanKey> =
+            self.plans.lock().expect("plans poisoned").entries.iter().map(|(k, _)| k.clone()).collect();
+        let fresh_plans: Vec<(PlanKey, Arc<SequentialPlan>)> =
+            keys.into_iter().filter_map(|k| self.compute_plan(&cdfs, &k).ok().map(|p| (k, Arc::new(p)))).collect();
+        *self.planner.lock().expect("planner poisoned") = fresh;
+        {
+            let mut plans = self.plans.lock().expect("plans poisoned");
+            plans.cdfs = Arc::new(cdfs);
+            for (key, plan) in fresh_plans {
+                if let Some(slot) = plans.entries.iter_mut().find(|(k, _)| *k == key) {
+                    slot.1 = plan;
+                }
+            }
+        }
+        self.stats.planner_refreshes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// x_p^u(k) for a class as the planner currently estimates it.
+    pub fn unloaded_tail(&self, class: u8, fanout: u32) -> Nanos {
+        self.planner.lock().expect("planner poisoned").unloaded_tail(class, fanout)
+    }
+
+    /// The miss ratio the admission controller sees now (0 without admission control).
+    pub fn miss_ratio(&self) -> f64 {
+        self.admission.as_ref().map_or(0.0, |a| a.lock().expect("admission poisoned").miss_ratio(wall_ns()))
+    }
+
+    fn pick_servers(&self, k: usize) -> Vec<usize> {
+        let n = self.cfg.servers.len();
+        let mut rng = self.rng.lock().expect("rng poisoned");
+        if self.cfg.server_weights.is_empty() {
+            // Partial Fisher–Yates: k distinct servers, uniformly.
+            let mut all: Vec<usize> = (0..n).collect();
+            for i in 0..k {
+                let j = i + rng.below((n - i) as u64) as usize;
+                all.swap(i, j);
+            }
+            all.truncate(k);
+            return all;
+        }
+        // Weighted sampling without replacement, one draw at a time.
+        let mut w = self.cfg.server_weights.clone();
+        let mut chosen = Vec::with_capacity(k);
+        for _ in 0..k {
+            let total: f64 = w.iter().sum();
+            let mut u = rng.next_f64() * total;
+            let mut pick = w.iter().rposition(|&x| x > 0.0).unwrap_or(0);
+            for (i, &x) in w.iter().enumerate() {
+                if x > 0.0 && u < x {
+                    pick = i;
+                    break;
+                }
+                u -= x;
+            }
+            chosen.push(pick);
+            w[pick] = 0.0;
+        }
+        chosen
+    }
+
+    /// Runs one query: admission, deadline, fan-out, merge.
+    pub async fn query(self: &Arc<Self>, q: QuerySpec) -> Result<QueryOutcome, QueryError> {
+        let t0 = wall_ns();
+        let started = Instant::now();
+        let class = self
+            .cfg
+            .classes
+            .get(q.class as usize)
+            .copied()
+            .ok_or(QueryError::NoSuchClass { class: q.class, classes: self.cfg.classes.len() })?;
+        let n = self.cfg.servers.len();
+        if q.fanout == 0 || q.fanout as usize > n {
+            return Err(QueryError::BadFanout { fanout: q.fanout, servers: n });
+        }
+        if let Some(a) = &self.admission {
+            let mut a = a.lock().expect("admission poisoned");
+            if !a.admit(t0) {
+                self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                return Err(QueryError::Rejected { ratio: a.miss_ratio(t0), r_th: a.threshold() });
+            }
+        }
+        self.stats.admitted.fetch_add(1, Ordering::Relaxed);
+        let slo_ns = q.slo_ns.unwrap_or(class.slo_ns);
+        let budget_ns = match self.cfg.scheme {
+            Scheme::TEdfq => slo_ns as i64,
+            _ => slo_ns as i64 - self.unloaded_tail(q.class, q.fanout) as i64,
+        };
+        let deadline = if budget_ns >= 0 { t0 + budget_ns as Nanos } else { t0 };
+        let (missed, _) = self.fan_out(Context { gat: t0, deadline, class: q.class, fanout: q.fanout, hop: 1 }).await?;
+        Ok(QueryOutcome { latency_ns: started.elapsed().as_nanos() as Nanos, budget_ns, tasks_missed: missed })
+    }
+
+    /// Runs one request of sequential queries with the given fan-outs under
+    /// `class`'s SLO (now a request SLO), splitting the request's queuing budget
+    /// T_b^R across them (TailGuard Eq. 7; core's [`SequentialPlan`]): query i
+    /// gets the remaining budget times its weight share, and whatever an earlier
+    /// query left unused carries forward.
+    pub async fn request(
+        self: &Arc<Self>,
+        class: u8,
+        fanouts: &[u32],
+        split: BudgetSplit,
+    ) -> Result<RequestOutcome, QueryError> {
+        let t0 = wall_ns();
+        let started = Instant::now();
+        let n = self.cfg.servers.len();
+        if class as usize >= self.cfg.classes.len() {
+            return Err(QueryError::NoSuchClass { class, classes: self.cfg.classes.len() });
+        }
+        if let Some(&k) = fanouts.iter().find(|&&k| k == 0 || k as usize > n) {
+            return Err(QueryError::BadFanout { fanout: k, servers: n });
+        }
+        let plan = match self.current_plan(class, fanouts, split) {
+            Some(p) => p,
+            None => {
+                // A shape nobody prepared: plan it now, once (no lock held).
+                self.stats.plan_cold_misses.fetch_add(1, Ordering::Relaxed);
+                self.prepare_request(class, fanouts, split)?
+            }
+        };
+        if let Some(a) = &self.admission {
+            let mut a = a.lock().expect("admission poisoned");
+            if !a.admit(t0) {
+                self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                return Err(QueryError::Rejected { ratio: a.miss_ratio(t0), r_th: a.threshold() });
+            }
+        }
+        self.stats.admitted.fetch_add(1, Ordering::Relaxed);
+        let (mut used, mut missed) = (0, 0);
+        let mut queries = Vec::with_capacity(fanouts.len());
+        for (i, &k) in fanouts.iter().enumerate() {
+            let start = wall_ns();
+            let d = plan.query_deadline(i, start, used);
+            let (m, pre) = self.fan_out(Context { gat: t0, deadline: d.at, class, fanout: k, hop: 1 }).await?;
+            queries.push(QueryDeadline { start_ns: start, deadline_ns: d.at, used_before_ns: used, used_ns: pre });
+            missed += m;
+            used += pre;
+        }
+        Ok(RequestOutcome {
+            latency_ns: started.elapsed().as_nanos() as Nanos,
+            budget_ns: plan.budget_ns(),
+            tasks_missed: missed,
+            plan,
+            queries,
+        })
+    }
+
+    /// Dispatches `ctx.fanout` tasks with `ctx`'s deadline and waits for all.
+    /// Returns (tasks that missed, the query's pre-dequeuing time: the longest
+    /// time any of its tasks waited before being dequeued).
+    async fn fan_out(self: &Arc<Self>, ctx: Context) -> Result<(u32, Nanos), QueryError> {
+        let header = wire::encode(&ctx);
+        let servers = self.pick_servers(ctx.fanout as usize);
+        if self.cfg.queuing == Queuing::Central {
+            if let Some(a) = &self.admission {
+                a.lock().expect("admission poisoned").task_queued(wall_ns(), ctx.deadline, ctx.fanout as u64);
+            }
+        }
+        let mut set = tokio::task::JoinSet::new();
+        for s in servers {
+            let h = self.clone();
+            set.spawn(async move { h.run_task(s, ctx, header).await });
+        }
+        let (mut missed, mut pre) = (0u32, 0);
+        let mut error = None;
+        while let Some(r) = set.join_next().await {
+            match r {
+                Ok(Ok((m, p))) => {
+                    missed += u32::from(m);
+                    pre = pre.max(p);
+                }
+                Ok(Err(e)) => error = Some(e),
+                Err(e) => error = Some(QueryError::Task { server: self.cfg.servers[0], message: e.to_string() }),
+            }
+        }
+        match error {
+            Some(e) => Err(e),
+            None => Ok((missed, pre)),
+        }
+    }
+
+    /// One task: wait for the central queue (if any), call the server, learn from the result.
+    async fn run_task(
+        self: Arc<Self>,
+        s: usize,
+        ctx: Context,
+        header: wire::Encoded,
+    ) -> Result<(bool, Nanos), QueryError> {
+        let queued_at = Instant::now();
+        let central = self.cfg.queuing == Queuing::Central;
+        let mut missed_here = false;
+        let mut job_id = None;
+        if central {
+            let (id, rx) = {
+                let mut q = self.central[s].lock().expect("central queue poisoned");
+                let id = q.next_id;
+                q.next_id += 1;
+                let (tx, rx) = oneshot::channel();
+                q.waiting.insert(id, tx);
+                q.policy.arrive(wall_ns(), Job { id, gat: ctx.gat, deadline: ctx.deadline, class: ctx.class });
+                self.release_next(&mut q);
+                (id, rx)
+            };
+            job_id = Some(id);
+            let _ = rx.await;
+            let now = wall_ns();
+            missed_here = now > ctx.deadline;
+            if let Some(a) = &self.admission {
+                a.lock().expect("admission poisoned").task_dequeued(now, ctx.deadline);
+            }
+        }
+        let sent = Instant::now();
+        let waited_here = sent.duration_since(queued_at).as_nanos() as Nanos;
+        let result = self.call(s, &header).await;
+        let round_trip = sent.elapsed().as_nanos() as Nanos;
+        if let Some(id) = job_id {
+            let mut q = self.central[s].lock().expect("central queue poisoned");
+            q.policy.complete(wall_ns(), id);
+            q.released = None;
+            self.release_next(&mut q);
+        }
+        let (queue_ns, missed_at_server) = match result {
+            Ok(v) => v,
+            Err(e) => {
+                self.stats.task_errors.fetch_add(1, Ordering::Relaxed);
+                return Err(QueryError::Task { server: self.cfg.servers[s], message: e });
+            }
+        };
+        let post_dequeue = round_trip.saturating_sub(queue_ns);
+        self.learned[s].lock().expect("histogram poisoned").record(post_dequeue);
+        let missed = if central { missed_here } else { missed_at_server };
+        if !central {
+            // At-server queuing: the miss is piggybacked on the result (§III.C).
+            if let Some(a) = &self.admission {
+                a.lock().expect("admission poisoned").record_task(wall_ns(), missed);
+            }
+        }
+        self.stats.tasks.fetch_add(1, Ordering::Relaxed);
+        if missed {
+            self.stats.tasks_missed.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok((missed, waited_here + queue_ns))
+    }
+
+    fn release_next(&self, q: &mut CentralQueue) {
+        let want = q.policy.running().first().copied().flatten();
+        if let Some(id) = want {
+            if q.released != Some(id) {
+                q.released = Some(id);
+                if let Some(tx) = q.waiting.remove(&id) {
+                    let _ = tx.send(());
+                }
+            }
+        }
+    }
+
+    /// POST /task; returns (time queued at the server, missed there).
+    async fn call(&self, s: usize, header: &wire::Encoded) -> Result<(Nanos, bool), String> {
+        let addr = self.cfg.servers[s];
+        let req = http::Request::post(format!("http://{addr}/task"))
+            .header(wire::HEADER, header.as_str())
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| e.to_string())?;
+        let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
+        if !resp.status().is_success() {
+            return Err(format!("HTTP {}", resp.status()));
+        }
+        let num = |name: &str| -> Nanos {
+            resp.headers().get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).unwrap_or(0)
+        };
+        Ok((num(QUEUE_NS), num(MISSED) == 1))
+    }
+
+    /// The CDF the planner currently uses for server `s` (for reports).
+    pub fn learned_quantile(&self, s: usize, p: f64) -> Nanos {
+        self.learned[s].lock().expect("histogram poisoned").quantile(p)
+    }
+}
+
+/// Offline estimate helper: a [`Cdf`] as the planner's shared type.
+pub fn shared_cdf<C: Cdf + Send + Sync + 'static>(c: C) -> SharedCdf {
+    Arc::new(c)
+}

@@ -1,0 +1,32 @@
+//! TailGuard on real services: a query handler with SLO- and fan-out-aware task deadlines, EDF task servers, admission control.
+//!
+//! - [`handler`]: the query handler (library and HTTP front end in [`service`]).
+//! - [`server`]: task servers that queue by a core policy and emulate a shard.
+//! - [`timer`]: the precise timer thread the emulated service times run on.
+//! - [`loadgen`]: an open-loop Poisson driver and the per-run report.
+//! - [`demo`]: max load under SLO per scheme, real and simulated side by side;
+//!   the R_th calibration; the sequential-request budget split.
+//!
+//! Decisions (deadlines, queue order, admission) are core's: the same
+//! `Planner`, `AdmissionController` and policies the simulator runs.
+
+pub mod clock;
+pub mod demo;
+pub mod handler;
+pub mod loadgen;
+pub mod server;
+pub mod service;
+pub mod timer;
+
+pub use handler::{AdmissionConfig, Handler, HandlerConfig, QueryError, QueryOutcome, QuerySpec, Queuing, Scheme};
+pub use server::{TaskServer, TaskServerConfig};
+pub use timer::PreciseTimer;
+
+/// Errors setting things up (serving errors are per query).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("I/O: {0}")]
+    Io(String),
+}

@@ -1,0 +1,268 @@
+//! A task server: an HTTP endpoint that queues tasks by a core policy and emulates a shard's service time.
+//!
+//! `POST /task` with a `tailor-context` header (core's wire codec) enqueues a
+//! task in the server's policy (`edf` keys on the context deadline, `priq` on
+//! its class, `fifo` on arrival), one at a time in service like the paper's
+//! one-core task servers. Service is a precise timed wait on the shared
+//! [`PreciseTimer`], drawn from the server's distribution times its `scale`
+//! (a slower server has scale > 1), so dozens of servers fit on two cores and
+//! the queueing and the deadlines are real while no CPU is burnt.
+//!
+//! The response carries what the handler needs (§III.B.2, §III.C): the time
+//! the task waited here (`tailor-queue-ns`; the handler subtracts it from the
+//! round trip to get the post-dequeue time), whether it left the queue after
+//! its deadline (`tailor-missed`), its service time and the order in which
+//! this server dequeued it (`tailor-served-seq`, for tests). `GET /stats`
+//! returns counters as text. A full queue (`max_queue`) answers 503 at once.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tailor_core::dist::Dist;
+use tailor_core::policy::{AnyPolicy, Job, JobId, Policy, PolicySpec};
+use tailor_core::rng::Rng;
+use tailor_core::time::{Nanos, NEVER};
+use tailor_core::{wire, Context};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use crate::clock::wall_ns;
+use crate::timer::PreciseTimer;
+
+/// Response headers a task server sets.
+pub const QUEUE_NS: &str = "tailor-queue-ns";
+pub const SERVICE_NS: &str = "tailor-service-ns";
+pub const MISSED: &str = "tailor-missed";
+pub const SERVED_SEQ: &str = "tailor-served-seq";
+/// Oldest GAT a task server accepts in a context (clamping, docs/wire-format.md).
+const MAX_CONTEXT_AGE_NS: Nanos = 60_000_000_000;
+
+/// One task server's configuration.
+#[derive(Clone, Debug)]
+pub struct TaskServerConfig {
+    /// Queue order: `edf` (TF-EDFQ or T-EDFQ, by the deadline the handler sets), `priq` or `fifo`.
+    pub policy: PolicySpec,
+    /// Service time distribution (already scaled to the emulation's time base).
+    pub service: Dist,
+    /// Multiplies every service time: > 1 for a slower server.
+    pub scale: f64,
+    /// Tasks queued or in service at most; more are refused with 503.
+    pub max_queue: usize,
+    pub seed: u64,
+}
+
+/// What a task experienced at the server.
+#[derive(Clone, Copy, Debug)]
+struct Outcome {
+    queue_ns: Nanos,
+    service_ns: Nanos,
+    missed: bool,
+    seq: u64,
+}
+
+struct Pending {
+    tx: Option<oneshot::Sender<Outcome>>,
+    arrived: Instant,
+    deadline: Nanos,
+}
+
+struct State {
+    policy: AnyPolicy,
+    waiting: HashMap<JobId, Pending>,
+    in_service: Option<JobId>,
+    next_id: JobId,
+    served: u64,
+    rng: Rng,
+}
+
+/// Counters, readable while the server runs.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    pub served: AtomicU64,
+    pub missed: AtomicU64,
+    pub refused_full: AtomicU64,
+    pub bad_context: AtomicU64,
+}
+
+struct Shared {
+    cfg: TaskServerConfig,
+    state: Mutex<State>,
+    timer: Arc<PreciseTimer>,
+    stats: ServerStats,
+}
+
+/// A running task server.
+pub struct TaskServer {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl TaskServer {
+    /// Binds `bind` (port 0 for an ephemeral port) and serves until dropped.
+    pub async fn spawn(
+        cfg: TaskServerConfig,
+        timer: Arc<PreciseTimer>,
+        bind: SocketAddr,
+    ) -> Result<TaskServer, crate::Error> {
+        let policy =
+            cfg.policy.build_any(1, cfg.seed).map_err(|e| crate::Error::Config(format!("task server policy: {e}")))?;
+        if !(cfg.scale.is_finite() && cfg.scale > 0.0) {
+            return Err(crate::Error::Config(format!("task server scale = {}: must be a positive number", cfg.scale)));
+        }
+        let listener = TcpListener::bind(bind).await.map_err(|e| crate::Error::Io(format!("bind {bind}: {e}")))?;
+        let addr = listener.local_addr().map_err(|e| crate::Error::Io(e.to_string()))?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                policy,
+                waiting: HashMap::new(),
+                in_service: None,
+                next_id: 0,
+                served: 0,
+                rng: Rng::new(cfg.seed),
+            }),
+            cfg,
+            timer,
+            stats: ServerStats::default(),
+        });
+        let accept_shared = shared.clone();
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let _ = stream.set_nodelay(true);
+                let s = accept_shared.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| handle(s.clone(), req));
+                    let _ =
+                        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                });
+            }
+        });
+        Ok(TaskServer { addr, shared, accept })
+    }
+
+    pub fn stats(&self) -> &ServerStats {
+        &self.shared.stats
+    }
+}
+
+impl Drop for TaskServer {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r
+}
+
+async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    if req.method() == http::Method::GET && req.uri().path() == "/stats" {
+        let st = &s.stats;
+        let late = s.timer.lateness();
+        let queued = s.state.lock().expect("server state poisoned").waiting.len();
+        return Ok(text(
+            StatusCode::OK,
+            format!(
+                "queued {queued}\nserved {}\nmissed {}\nrefused_full {}\nbad_context {}\ntimer_late_p99_ns {}\n",
+                st.served.load(Ordering::Relaxed),
+                st.missed.load(Ordering::Relaxed),
+                st.refused_full.load(Ordering::Relaxed),
+                st.bad_context.load(Ordering::Relaxed),
+                late.p99_ns
+            ),
+        ));
+    }
+    if req.method() != http::Method::POST || req.uri().path() != "/task" {
+        return Ok(text(StatusCode::NOT_FOUND, "task server: POST /task or GET /stats\n".into()));
+    }
+    let now = wall_ns();
+    // A missing or malformed context still gets served (DESIGN.md: bad context is
+    // re-stamped and counted), as a task with no deadline.
+    let ctx = match wire::extract(req.headers().iter().map(|(n, v)| (n.as_str(), v.as_bytes()))) {
+        Ok(Some(d)) => wire::clamp(d.context, now, MAX_CONTEXT_AGE_NS).0,
+        Ok(None) => Context::stamped(now),
+        Err(_) => {
+            s.stats.bad_context.fetch_add(1, Ordering::Relaxed);
+            Context::stamped(now)
+        }
+    };
+    let rx = {
+        let mut st = s.state.lock().expect("server state poisoned");
+        if st.waiting.len() >= s.cfg.max_queue {
+            drop(st);
+            s.stats.refused_full.fetch_add(1, Ordering::Relaxed);
+            return Ok(text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("task queue full ({} tasks, max_queue)\n", s.cfg.max_queue),
+            ));
+        }
+        let id = st.next_id;
+        st.next_id += 1;
+        let (tx, rx) = oneshot::channel();
+        st.waiting.insert(id, Pending { tx: Some(tx), arrived: Instant::now(), deadline: ctx.deadline });
+        st.policy.arrive(now, Job { id, gat: ctx.gat, deadline: ctx.deadline, class: ctx.class });
+        start_next(&s, &mut st);
+        rx
+    };
+    let Ok(out) = rx.await else {
+        return Ok(text(StatusCode::INTERNAL_SERVER_ERROR, "task dropped\n".into()));
+    };
+    let mut r = text(StatusCode::OK, String::new());
+    let h = r.headers_mut();
+    h.insert(QUEUE_NS, out.queue_ns.into());
+    h.insert(SERVICE_NS, out.service_ns.into());
+    h.insert(MISSED, u64::from(out.missed).into());
+    h.insert(SERVED_SEQ, out.seq.into());
+    Ok(r)
+}
+
+/// If the policy put a new task on the (single) CPU, starts its service.
+fn start_next(s: &Arc<Shared>, st: &mut State) {
+    let want = st.policy.running().first().copied().flatten();
+    let Some(id) = want else { return };
+    if st.in_service == Some(id) {
+        return;
+    }
+    st.in_service = Some(id);
+    let seq = st.served;
+    st.served += 1;
+    let service_ns = (st.rng_sample(&s.cfg.service) as f64 * s.cfg.scale).round() as Nanos;
+    let p = st.waiting.get_mut(&id).expect("a running job is waiting");
+    let queue_ns = p.arrived.elapsed().as_nanos() as Nanos;
+    let missed = p.deadline != NEVER && wall_ns() > p.deadline;
+    let tx = p.tx.take();
+    s.stats.served.fetch_add(1, Ordering::Relaxed);
+    if missed {
+        s.stats.missed.fetch_add(1, Ordering::Relaxed);
+    }
+    let due = Instant::now() + std::time::Duration::from_nanos(service_ns);
+    let done = s.clone();
+    s.timer.at(due, move || {
+        let mut st = done.state.lock().expect("server state poisoned");
+        st.policy.complete(wall_ns(), id);
+        st.waiting.remove(&id);
+        st.in_service = None;
+        if let Some(tx) = tx {
+            let _ = tx.send(Outcome { queue_ns, service_ns, missed, seq });
+        }
+        start_next(&done, &mut st);
+    });
+}
+
+impl State {
+    fn rng_sample(&mut self, d: &Dist) -> Nanos {
+        d.sample_ns(&mut self.rng)
+    }
+}

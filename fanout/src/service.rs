@@ -1,0 +1,123 @@
+//! The handler as an HTTP service: `POST /query`, `GET /stats`.
+//!
+//! Request headers: `tailor-class` (0-based, default 0), `tailor-fanout`
+//! (default 1), optional `tailor-slo-ms` (a per-query SLO). Answers 200 with
+//! `tailor-latency-ns`, `tailor-budget-ns` and `tailor-tasks-missed` once the
+//! slowest task returned; 503 with `tailor-rejected: admission` and the reason
+//! in the body when admission control rejects (fast: no task is sent); 400 with
+//! the header name and the fix for bad input.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tailor_core::time::from_millis_f64;
+use tokio::net::TcpListener;
+
+use crate::handler::{Handler, QueryError, QuerySpec};
+
+pub const CLASS: &str = "tailor-class";
+pub const FANOUT: &str = "tailor-fanout";
+pub const SLO_MS: &str = "tailor-slo-ms";
+pub const LATENCY_NS: &str = "tailor-latency-ns";
+pub const REJECTED: &str = "tailor-rejected";
+
+/// Serves `handler` on `bind` until the returned task is aborted.
+pub async fn serve(
+    handler: Arc<Handler>,
+    bind: SocketAddr,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), crate::Error> {
+    let listener = TcpListener::bind(bind).await.map_err(|e| crate::Error::Io(format!("bind {bind}: {e}")))?;
+    let addr = listener.local_addr().map_err(|e| crate::Error::Io(e.to_string()))?;
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let _ = stream.set_nodelay(true);
+            let h = handler.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| handle(h.clone(), req));
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+            });
+        }
+    });
+    Ok((addr, task))
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r
+}
+
+fn header<T: std::str::FromStr>(req: &Request<Incoming>, name: &str, default: T) -> Result<T, String> {
+    match req.headers().get(name) {
+        None => Ok(default),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .ok_or_else(|| format!("header {name}: {:?} is not a number", v)),
+    }
+}
+
+async fn handle(h: Arc<Handler>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    if req.method() == http::Method::GET && req.uri().path() == "/stats" {
+        let s = &h.stats;
+        return Ok(text(
+            StatusCode::OK,
+            format!(
+                "admitted {}\nrejected {}\ntasks {}\ntasks_missed {}\ntask_errors {}\nmiss_ratio {:.6}\n",
+                s.admitted.load(Ordering::Relaxed),
+                s.rejected.load(Ordering::Relaxed),
+                s.tasks.load(Ordering::Relaxed),
+                s.tasks_missed.load(Ordering::Relaxed),
+                s.task_errors.load(Ordering::Relaxed),
+                h.miss_ratio()
+            ),
+        ));
+    }
+    if req.method() != http::Method::POST || req.uri().path() != "/query" {
+        return Ok(text(StatusCode::NOT_FOUND, "query handler: POST /query or GET /stats\n".into()));
+    }
+    let parsed = (|| -> Result<QuerySpec, String> {
+        let class: u8 = header(&req, CLASS, 0)?;
+        let fanout: u32 = header(&req, FANOUT, 1)?;
+        let slo_ms: f64 = header(&req, SLO_MS, f64::NAN)?;
+        let slo_ns = if slo_ms.is_nan() {
+            None
+        } else if slo_ms > 0.0 && slo_ms.is_finite() {
+            Some(from_millis_f64(slo_ms))
+        } else {
+            return Err(format!("header {SLO_MS}: {slo_ms} must be a positive number of milliseconds"));
+        };
+        Ok(QuerySpec { class, fanout, slo_ns })
+    })();
+    let q = match parsed {
+        Ok(q) => q,
+        Err(e) => return Ok(text(StatusCode::BAD_REQUEST, e + "\n")),
+    };
+    match h.query(q).await {
+        Ok(out) => {
+            let mut r = text(StatusCode::OK, String::new());
+            r.headers_mut().insert(LATENCY_NS, out.latency_ns.into());
+            r.headers_mut().insert("tailor-budget-ns", out.budget_ns.into());
+            r.headers_mut().insert("tailor-tasks-missed", out.tasks_missed.into());
+            Ok(r)
+        }
+        Err(e @ QueryError::Rejected { .. }) => {
+            let mut r = text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"));
+            r.headers_mut().insert(REJECTED, http::HeaderValue::from_static("admission"));
+            Ok(r)
+        }
+        Err(e @ (QueryError::NoSuchClass { .. } | QueryError::BadFanout { .. })) => {
+            Ok(text(StatusCode::BAD_REQUEST, format!("{e}\n")))
+        }
+        Err(e) => Ok(text(StatusCode::BAD_GATEWAY, format!("{e}\n"))),
+    }
+}

@@ -1,0 +1,234 @@
+//! Real processes on loopback: a task-server process and a handler process, talked to over HTTP.
+//!
+//! Each test starts `tailor-fanout` processes (this crate's binary), waits for
+//! their `ready` line, and stops exactly those children by `Child::kill` in a
+//! drop guard (their stdin is a pipe from us, so they also exit if the test
+//! process dies). Service times are long (tens to hundreds of ms) so orderings
+//! hold however busy the machine is; nothing asserts an absolute time.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+struct Proc {
+    child: Child,
+    addrs: Vec<SocketAddr>,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(args: &[&str]) -> Proc {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tailor-fanout"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start tailor-fanout");
+    let out = child.stdout.take().expect("stdout piped");
+    let mut proc = Proc { child, addrs: Vec::new() };
+    for line in BufReader::new(out).lines() {
+        let line = line.expect("read child stdout");
+        if let Some(a) = line.strip_prefix("listening ") {
+            proc.addrs.push(a.parse().expect("listening line has an address"));
+        } else if line == "ready" {
+            return proc;
+        }
+    }
+    panic!("tailor-fanout {args:?} exited before printing `ready`");
+}
+
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+    fn num(&self, name: &str) -> i64 {
+        self.header(name).unwrap_or_else(|| panic!("no {name} header in {:?}", self.headers)).parse().unwrap()
+    }
+}
+
+/// A minimal HTTP/1.1 request on a fresh connection (Connection: close).
+fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, String)]) -> Reply {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 0\r\nconnection: close\r\n");
+    for (n, v) in headers {
+        req += &format!("{n}: {v}\r\n");
+    }
+    req += "\r\n";
+    s.write_all(req.as_bytes()).expect("send");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a complete response");
+    let mut lines = head.lines();
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers =
+        lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_string(), v.trim().to_string())).collect();
+    Reply { status, headers, body: body.to_string() }
+}
+
+fn stat(addr: SocketAddr, name: &str) -> u64 {
+    let r = http(addr, "GET", "/stats", &[]);
+    r.body
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in stats {:?}", r.body))
+        .trim()
+        .parse::<f64>()
+        .unwrap() as u64
+}
+
+/// Polls `cond` until it holds (readiness, not a fixed sleep), failing after 20 s.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn wall_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+/// A context header value (core's wire codec format, docs/wire-format.md).
+fn context(deadline: u64, class: u8) -> String {
+    format!("1.g{}.d{deadline}.c{class}.k1.h1", wall_ns())
+}
+
+#[test]
+fn deadlines_travel_on_the_wire_from_handler_to_task_servers() {
+    let servers = start(&["servers", "--count", "2", "--policy", "edf", "--service-fixed-ms", "20"]);
+    // Directly: a deadline in the past is reported missed, one far ahead is not.
+    let s = servers.addrs[0];
+    let late = http(s, "POST", "/task", &[("tailor-context", context(wall_ns() - 1_000_000, 0))]);
+    assert_eq!(late.status, 200);
+    assert_eq!(late.num("tailor-missed"), 1, "the server read the deadline from the header");
+    let early = http(s, "POST", "/task", &[("tailor-context", context(wall_ns() + 10_000_000_000, 0))]);
+    assert_eq!(early.num("tailor-missed"), 0);
+    // A malformed context is served anyway and counted.
+    let bad = http(s, "POST", "/task", &[("tailor-context", "garbage".to_string())]);
+    assert_eq!(bad.status, 200);
+    assert_eq!(stat(s, "bad_context"), 1);
+
+    // Through the handler process: the budget is SLO − x_99^u(k) of the offline
+    // estimate (20 ms fixed), and the servers judge misses by the deadline it sent.
+    let list = format!("{},{}", servers.addrs[0], servers.addrs[1]);
+    for queuing in ["at-servers", "central"] {
+        let handler = start(&[
+            "handler",
+            "--servers",
+            &list,
+            "--scheme",
+            "tf-edfq",
+            "--queuing",
+            queuing,
+            "--slo-ms",
+            "100",
+            "--offline-fixed-ms",
+            "20",
+        ]);
+        let h = handler.addrs[0];
+        let ok = http(h, "POST", "/query", &[("tailor-class", "0".into()), ("tailor-fanout", "2".into())]);
+        assert_eq!(ok.status, 200, "{queuing}: {}", ok.body);
+        assert_eq!(ok.num("tailor-budget-ns"), 80_000_000, "{queuing}: 100 ms SLO − 20 ms unloaded tail");
+        assert_eq!(ok.num("tailor-tasks-missed"), 0);
+        // A per-query SLO below the unloaded tail: the budget is negative, the
+        // deadline is t0 itself, and both tasks arrive after it.
+        let tight = http(
+            h,
+            "POST",
+            "/query",
+            &[("tailor-class", "0".into()), ("tailor-fanout", "2".into()), ("tailor-slo-ms", "5".into())],
+        );
+        assert_eq!(tight.status, 200);
+        assert!(tight.num("tailor-budget-ns") < 0);
+        assert_eq!(tight.num("tailor-tasks-missed"), 2, "{queuing}: the deadline reached the queue that judged it");
+        // Bad input gets a 400 that names the header.
+        let bad = http(h, "POST", "/query", &[("tailor-fanout", "many".into())]);
+        assert_eq!(bad.status, 400);
+        assert!(bad.body.contains("tailor-fanout"), "{}", bad.body);
+        let too_wide = http(h, "POST", "/query", &[("tailor-fanout", "3".into())]);
+        assert_eq!(too_wide.status, 400);
+    }
+}
+
+/// Serves a blocker, then queues a task with a late deadline and one with an
+/// earlier deadline; returns the served order (served-seq) of (late, early).
+fn served_order(policy: &str) -> (i64, i64) {
+    let servers = start(&["servers", "--count", "1", "--policy", policy, "--service-fixed-ms", "150"]);
+    let s = servers.addrs[0];
+    let far = wall_ns() + 60_000_000_000;
+    let blocker = std::thread::spawn(move || http(s, "POST", "/task", &[("tailor-context", context(far, 0))]));
+    wait_until("the blocker in service", || stat(s, "served") == 1);
+    let late_deadline = wall_ns() + 30_000_000_000;
+    let late = std::thread::spawn(move || http(s, "POST", "/task", &[("tailor-context", context(late_deadline, 0))]));
+    wait_until("the late-deadline task queued", || stat(s, "queued") == 2);
+    // Arrives second, but its deadline is older: EDF must serve it first.
+    let early_deadline = wall_ns() + 10_000_000_000;
+    let early = std::thread::spawn(move || http(s, "POST", "/task", &[("tailor-context", context(early_deadline, 0))]));
+    wait_until("both tasks waiting", || stat(s, "queued") == 3);
+    blocker.join().unwrap();
+    let (late, early) = (late.join().unwrap(), early.join().unwrap());
+    (late.num("tailor-served-seq"), early.num("tailor-served-seq"))
+}
+
+#[test]
+fn a_task_server_serves_the_earliest_deadline_first() {
+    let (late, early) = served_order("edf");
+    assert_eq!((early, late), (1, 2), "edf: the older deadline goes first although it arrived later");
+    // The same arrivals under fifo: arrival order.
+    let (late, early) = served_order("fifo");
+    assert_eq!((late, early), (1, 2), "fifo: arrival order");
+}
+
+#[test]
+fn admission_rejects_under_overload_and_recovers_after_it() {
+    let servers = start(&["servers", "--count", "2", "--policy", "edf", "--service-fixed-ms", "20"]);
+    let list = format!("{},{}", servers.addrs[0], servers.addrs[1]);
+    // SLO 60 ms, unloaded tail 20 ms: 40 ms of queueing budget, two tasks' worth.
+    let handler = start(&[
+        "handler",
+        "--servers",
+        &list,
+        "--scheme",
+        "tf-edfq",
+        "--slo-ms",
+        "60",
+        "--offline-fixed-ms",
+        "20",
+        "--r-th",
+        "0.2",
+        "--window-ms",
+        "1000",
+    ]);
+    let h = handler.addrs[0];
+    let query = move || http(h, "POST", "/query", &[("tailor-fanout", "2".into())]);
+    assert_eq!(query().status, 200, "an idle system admits");
+    // Overload: 30 queries at once queue 30 tasks per server (600 ms); most miss.
+    let burst: Vec<_> = (0..30).map(|_| std::thread::spawn(query)).collect();
+    for b in burst {
+        assert_eq!(b.join().unwrap().status, 200, "nothing is rejected before a miss is known");
+    }
+    // The misses are now in the window: new queries are rejected fast, with a reason.
+    let t = Instant::now();
+    let rejected = query();
+    assert_eq!(rejected.status, 503, "{}", rejected.body);
+    assert_eq!(rejected.header("tailor-rejected"), Some("admission"));
+    assert!(rejected.body.contains("R_th = 0.2"), "{}", rejected.body);
+    assert!(t.elapsed() < Duration::from_millis(500), "a rejection sends no task");
+    assert!(stat(h, "rejected") >= 1);
+    // The overload is over; once the misses leave the window, queries are admitted again.
+    wait_until("admission to recover", || query().status == 200);
+}

@@ -1,0 +1,332 @@
+//! The undo journal: every change is appended and fsynced BEFORE it is made, with the original
+//! value, so that safe mode, a signal, or the supervisor after a crash can put everything back.
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::NodeError;
+use crate::procs::{self, SchedState};
+
+/// One undoable change.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Entry {
+    /// A cgroup directory we created (removed at restore; its tasks go back to `fallback_dir`).
+    /// `rt_band_priority`: the tier's SCHED_RR band, reset on threads born inside it.
+    CreatedDir {
+        path: PathBuf,
+        fallback_dir: PathBuf,
+        #[serde(default)]
+        rt_band_priority: Option<i32>,
+    },
+    /// A control file we wrote, with the value it had before.
+    WroteFile { path: PathBuf, original: String },
+    /// A process we moved to another cgroup in one hierarchy, with where it was.
+    MovedProcess {
+        pid: u32,
+        start_time: u64,
+        /// Root of the hierarchy (one entry per process per hierarchy).
+        hierarchy: PathBuf,
+        original_dir: PathBuf,
+        original_policy: Option<SchedState>,
+    },
+    /// A thread whose scheduling policy we changed, with what it was.
+    SetPolicy { tid: u32, start_time: u64, original: SchedState },
+}
+
+/// Append-only journal file.
+pub struct Journal {
+    path: PathBuf,
+    file: File,
+    /// Keys of what is already journaled: originals are recorded once (the first value is the true original).
+    seen: HashSet<String>,
+}
+
+impl Entry {
+    fn key(&self) -> String {
+        match self {
+            Entry::CreatedDir { path, .. } => format!("dir:{}", path.display()),
+            Entry::WroteFile { path, .. } => format!("file:{}", path.display()),
+            Entry::MovedProcess { pid, start_time, hierarchy, .. } => {
+                format!("move:{pid}:{start_time}:{}", hierarchy.display())
+            }
+            Entry::SetPolicy { tid, start_time, .. } => format!("policy:{tid}:{start_time}"),
+        }
+    }
+}
+
+impl Journal {
+    pub fn path_in(state_dir: &Path) -> PathBuf {
+        state_dir.join("journal.jsonl")
+    }
+
+    /// Opens (creating) the journal in `state_dir`. Call `restore` first if one is left over.
+    pub fn open(state_dir: &Path) -> Result<Journal, NodeError> {
+        std::fs::create_dir_all(state_dir).map_err(|e| NodeError::io(state_dir, e))?;
+        let path = Self::path_in(state_dir);
+        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(|e| NodeError::io(&path, e))?;
+        // The directory entry itself must be durable, or a crash could lose the whole file.
+        if let Ok(dir) = File::open(state_dir) {
+            let _ = dir.sync_all();
+        }
+        let seen = read_entries(&path)?.iter().map(Entry::key).collect();
+        Ok(Journal { path, file, seen })
+    }
+
+    /// Whether an original for this change is already recorded.
+    pub fn has(&self, entry: &Entry) -> bool {
+        self.seen.contains(&entry.key())
+    }
+
+    /// Appends and fsyncs; returns only when the entry is on disk. Duplicate originals are skipped.
+    pub fn record(&mut self, entry: Entry) -> Result<(), NodeError> {
+        let key = entry.key();
+        if self.seen.contains(&key) {
+            return Ok(());
+        }
+        let mut line = serde_json::to_string(&entry).expect("journal entries serialize");
+        line.push('\n');
+        self.file.write_all(line.as_bytes()).map_err(|e| NodeError::io(&self.path, e))?;
+        self.file.sync_data().map_err(|e| NodeError::io(&self.path, e))?;
+        self.seen.insert(key);
+        Ok(())
+    }
+
+    pub fn entries(&self) -> usize {
+        self.seen.len()
+    }
+}
+
+fn read_entries(path: &Path) -> Result<Vec<Entry>, NodeError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(NodeError::io(path, e)),
+    };
+    // A crash can leave a torn last line; everything before it was fsynced and is kept.
+    Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+}
+
+/// What a restore did.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct RestoreReport {
+    pub entries: usize,
+    pub files_restored: usize,
+    pub processes_moved_back: usize,
+    pub policies_restored: usize,
+    pub dirs_removed: usize,
+    /// Things that could not be undone (e.g. a process that exited is simply skipped, not listed).
+    pub errors: Vec<String>,
+}
+
+/// Undoes every journaled change in reverse order, then removes the journal. Idempotent: a
+/// second call (or a call with no journal) does nothing.
+pub fn restore(state_dir: &Path) -> Result<RestoreReport, NodeError> {
+    let path = Journal::path_in(state_dir);
+    let entries = read_entries(&path)?;
+    let mut report = RestoreReport { entries: entries.len(), ..Default::default() };
+    let created: Vec<&PathBuf> =
+        entries.iter().filter_map(|e| if let Entry::CreatedDir { path, .. } = e { Some(path) } else { None }).collect();
+    // Policies of processes we moved, so leftover threads born inside our cgroups can be reset.
+    let mut moved_policy = std::collections::HashMap::new();
+    for e in &entries {
+        if let Entry::MovedProcess { pid, original_policy: Some(p), .. } = e {
+            moved_policy.insert(*pid, *p);
+        }
+    }
+    // Threads that inherited SCHED_IDLE or the RT band from us (created after the last
+    // reconcile, so never journaled) are reset first, while they are still inside our cgroups.
+    for e in &entries {
+        if let Entry::CreatedDir { path, rt_band_priority, .. } = e {
+            reset_inherited(path, *rt_band_priority, &moved_policy, &mut report);
+        }
+    }
+    for entry in entries.iter().rev() {
+        match entry {
+            Entry::SetPolicy { tid, start_time, original } => {
+                if procs::alive(*tid, *start_time) || thread_alive(*tid, *start_time) {
+                    match procs::set_sched_state(*tid, *original) {
+                        Ok(()) => report.policies_restored += 1,
+                        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                        Err(e) => report.errors.push(format!("tid {tid}: restore policy: {e}")),
+                    }
+                }
+            }
+            Entry::MovedProcess { pid, start_time, original_dir, .. } => {
+                if procs::alive(*pid, *start_time) {
+                    let target =
+                        if original_dir.exists() { original_dir.clone() } else { existing_ancestor(original_dir) };
+                    match std::fs::write(target.join("cgroup.procs"), pid.to_string()) {
+                        Ok(()) => report.processes_moved_back += 1,
+                        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                        Err(e) => report.errors.push(format!("pid {pid} → {}: {e}", target.display())),
+                    }
+                }
+            }
+            Entry::WroteFile { path, original } => {
+                // Files inside a directory we created disappear with it; restoring them first would
+                // only fail (an empty cpuset) and gain nothing.
+                let nothing_to_undo = original.is_empty() && path.ends_with("cgroup.subtree_control");
+                if nothing_to_undo || created.iter().any(|d| path.starts_with(d)) {
+                    continue;
+                }
+                match std::fs::write(path, original) {
+                    Ok(()) => report.files_restored += 1,
+                    Err(e) => report.errors.push(format!("{}: restore {:?}: {e}", path.display(), original)),
+                }
+            }
+            Entry::CreatedDir { path, fallback_dir, rt_band_priority } => {
+                if !path.exists() {
+                    continue;
+                }
+                evacuate(path, fallback_dir, *rt_band_priority, &moved_policy, &mut report);
+                match remove_dir_retrying(path) {
+                    Ok(()) => report.dirs_removed += 1,
+                    Err(e) => report.errors.push(format!("{}: rmdir: {e}", path.display())),
+                }
+            }
+        }
+    }
+    if let Err(e) = std::fs::remove_file(&path) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            return Err(NodeError::io(&path, e));
+        }
+    }
+    Ok(report)
+}
+
+fn thread_alive(tid: u32, start_time: u64) -> bool {
+    // A thread that is not a group leader has no /proc/TID/stat in readdir, but the path resolves.
+    procs::stat(&format!("/proc/{tid}/stat")).map(|p| p.start_time == start_time).unwrap_or(false)
+}
+
+fn existing_ancestor(dir: &Path) -> PathBuf {
+    let mut d = dir.to_path_buf();
+    while !d.exists() {
+        if !d.pop() {
+            break;
+        }
+    }
+    d
+}
+
+fn pids_in(dir: &Path) -> Vec<u32> {
+    let tasks = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    tasks.lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+/// Resets SCHED_IDLE or the tier's SCHED_RR band on threads in `dir` that got it by inheritance.
+fn reset_inherited(
+    dir: &Path,
+    rt_band_priority: Option<i32>,
+    moved_policy: &std::collections::HashMap<u32, SchedState>,
+    report: &mut RestoreReport,
+) {
+    for pid in pids_in(dir) {
+        let original = moved_policy.get(&pid).copied();
+        for tid in procs::tids(pid) {
+            let Some(s) = procs::sched_state(tid) else { continue };
+            let was_idle = original.is_some_and(|o| o.policy == libc::SCHED_IDLE);
+            let in_band = s.policy == libc::SCHED_RR && Some(s.rt_priority) == rt_band_priority;
+            let was_band = original.is_some_and(|o| o.policy == libc::SCHED_RR);
+            if (s.policy == libc::SCHED_IDLE && !was_idle) || (in_band && !was_band) {
+                let back = match original {
+                    Some(o) if !procs::is_rt(o.policy) => o,
+                    _ => SchedState { policy: libc::SCHED_OTHER, rt_priority: 0, nice: s.nice },
+                };
+                if procs::set_sched_state(tid, back).is_ok() {
+                    report.policies_restored += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Moves every task still in `dir` (children born inside, threads) out to `fallback_dir`.
+fn evacuate(
+    dir: &Path,
+    fallback_dir: &Path,
+    rt_band_priority: Option<i32>,
+    moved_policy: &std::collections::HashMap<u32, SchedState>,
+    report: &mut RestoreReport,
+) {
+    for _attempt in 0..5 {
+        let pids = pids_in(dir);
+        if pids.is_empty() {
+            return;
+        }
+        reset_inherited(dir, rt_band_priority, moved_policy, report);
+        for pid in pids {
+            if let Err(e) = std::fs::write(fallback_dir.join("cgroup.procs"), pid.to_string()) {
+                if e.raw_os_error() != Some(libc::ESRCH) {
+                    report.errors.push(format!("pid {pid} → {}: {e}", fallback_dir.display()));
+                }
+            }
+        }
+    }
+}
+
+fn remove_dir_retrying(dir: &Path) -> std::io::Result<()> {
+    // Child cgroups first (a tier dir inside our parent dir is journaled separately, but a
+    // cgroup someone else made inside ours would block rmdir).
+    let mut last = Ok(());
+    for attempt in 0..20 {
+        last = std::fs::remove_dir(dir);
+        match &last {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            // EBUSY: exiting tasks still hold the cgroup for a moment.
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(5 * (attempt + 1))),
+        }
+    }
+    last
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journal_round_trip_and_restore_of_plain_files() {
+        let dir = std::env::temp_dir().join(format!("tailor-journal-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let target = dir.join("setting");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(&target, "original").unwrap();
+        {
+            let mut j = Journal::open(&dir).unwrap();
+            j.record(Entry::WroteFile { path: target.clone(), original: "original".into() }).unwrap();
+            std::fs::write(&target, "changed").unwrap();
+            // A second record of the same file keeps the first original.
+            j.record(Entry::WroteFile { path: target.clone(), original: "changed".into() }).unwrap();
+            std::fs::write(&target, "changed again").unwrap();
+            assert_eq!(j.entries(), 1);
+        }
+        let report = restore(&dir).unwrap();
+        assert_eq!(report.files_restored, 1);
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "original");
+        assert!(!Journal::path_in(&dir).exists());
+        // Idempotent.
+        assert_eq!(restore(&dir).unwrap().entries, 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn torn_last_line_is_ignored() {
+        let dir = std::env::temp_dir().join(format!("tailor-journal-torn-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("s");
+        std::fs::write(&target, "x").unwrap();
+        let line = serde_json::to_string(&Entry::WroteFile { path: target.clone(), original: "a".into() }).unwrap();
+        std::fs::write(Journal::path_in(&dir), format!("{line}\n{{\"op\":\"wrote_fi")).unwrap();
+        let report = restore(&dir).unwrap();
+        assert_eq!(report.entries, 1);
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "a");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

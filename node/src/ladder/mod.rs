@@ -1,0 +1,419 @@
+//! `tailor bench ladder`: a latency-critical probe driven open-loop at a fixed rate, with
+//! 0/1/2/4/8 co-located single-thread spinners, in two arms on the same machine back to back —
+//! the agent in safe mode (stock) and the agent enforcing — with PSI attribution per window.
+
+pub mod probe;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::agent::Agent;
+use crate::attribution::{Window, WindowRecord};
+use crate::config::NodeConfig;
+use crate::probe::Capabilities;
+use crate::procs;
+use crate::runner::AgentCommand;
+use probe::ClientResult;
+
+/// Ladder parameters.
+#[derive(Clone, Debug, Serialize)]
+pub struct LadderOptions {
+    pub steps: Vec<usize>,
+    pub reps: usize,
+    pub window_s: f64,
+    pub warmup_s: f64,
+    pub rate_per_s: f64,
+    pub service_us: f64,
+    pub exponential: bool,
+    pub workers: usize,
+    pub seed: u64,
+    /// Enforcing arm's agent config; None: the generated two-tier config (see `ladder_config`).
+    #[serde(skip)]
+    pub config: Option<NodeConfig>,
+    #[serde(skip)]
+    pub helper: Option<AgentCommand>,
+}
+
+impl LadderOptions {
+    /// The default run: about 3 minutes.
+    pub fn standard() -> LadderOptions {
+        LadderOptions {
+            steps: vec![0, 1, 2, 4, 8],
+            reps: 3,
+            window_s: 4.0,
+            warmup_s: 0.5,
+            rate_per_s: 1000.0,
+            service_us: 500.0,
+            exponential: false,
+            workers: 4,
+            seed: 1,
+            config: None,
+            helper: None,
+        }
+    }
+    /// `--quick`: same ladder, short windows (about 1 minute).
+    pub fn quick() -> LadderOptions {
+        LadderOptions { window_s: 1.0, warmup_s: 0.25, ..Self::standard() }
+    }
+}
+
+/// One measured window.
+#[derive(Clone, Debug, Serialize)]
+pub struct WindowResult {
+    pub arm: String,
+    pub spinners: usize,
+    pub rep: usize,
+    pub latency: ClientResult,
+    /// CPU the spinners got during the window, in % of one CPU.
+    pub best_effort_cpu_pct: f64,
+    pub attribution: WindowRecord,
+    /// The window's tag agrees with its arm (stock = not protected, enforcing = protected).
+    pub tag_ok: bool,
+}
+
+/// Per arm and step: medians over the repetitions whose tag agrees with the arm.
+#[derive(Clone, Debug, Serialize)]
+pub struct StepSummary {
+    pub arm: String,
+    pub spinners: usize,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p99_reps_us: Vec<f64>,
+    pub best_effort_cpu_pct: f64,
+    pub windows_excluded: usize,
+}
+
+/// The whole report.
+#[derive(Clone, Debug, Serialize)]
+pub struct LadderReport {
+    pub options: LadderOptions,
+    pub capabilities: String,
+    pub enforcing_mechanisms: Vec<String>,
+    pub windows: Vec<WindowResult>,
+    pub steps: Vec<StepSummary>,
+    /// p99 at the top step / p99 at 0 spinners.
+    pub stock_p99_growth: f64,
+    pub enforcing_p99_growth: f64,
+    /// p50 at the top step / p50 at 0 spinners, enforcing arm.
+    pub enforcing_p50_change: f64,
+    pub elapsed_s: f64,
+}
+
+/// The enforcing arm's config: the probe (and its client) in a critical tier fenced to every
+/// CPU but the first, in a SCHED_RR band capped at 80% of each CPU by its RT budget (so a wake-up
+/// preempts CFS work at once, not at the next 4 ms tick); the spinners in a best-effort tier on
+/// the first CPU with cpu.idle.
+pub fn ladder_config(caps: &Capabilities, state_dir: &Path, cgroup_name: &str, rho: f64) -> NodeConfig {
+    let cpus = &caps.online_cpus;
+    let (critical, best_effort) = if cpus.len() >= 2 {
+        let rest: Vec<String> = cpus[1..].iter().map(|c| c.to_string()).collect();
+        (format!("cpus = \"{}\"\n", rest.join(",")), format!("cpus = \"{}\"\n", cpus[0]))
+    } else {
+        (String::new(), String::new())
+    };
+    let text = format!(
+        "state_dir = {state:?}\ncgroup_name = \"{cgroup_name}\"\nwindow_ms = 0\n\
+         [[tier]]\nname = \"critical\"\nkind = \"critical\"\ndemand_cpus = {rho}\n{critical}\
+         rt_priority = 1\n{rt_budget}\
+         [[tier]]\nname = \"best-effort\"\nkind = \"best-effort\"\n{best_effort}",
+        state = state_dir.display().to_string(),
+        rt_budget = if caps.rt_group { "rt_runtime_us = 800000\n" } else { "" },
+    );
+    NodeConfig::parse(&text, "ladder config").expect("generated ladder config is valid")
+}
+
+/// Children we started; killed by pid (and their stdin closed) on drop, even on error or panic.
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            drop(c.stdin.take());
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Restores the agent on drop so a failed run leaves nothing behind.
+struct AgentGuard(Agent);
+
+impl Drop for AgentGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.safe_mode() {
+            eprintln!("ladder: restoring the agent: {e}");
+        }
+        let _ = std::fs::remove_dir_all(self.0.state_dir());
+    }
+}
+
+fn spawn_helper(helper: &AgentCommand, args: &[&str], tier: &str) -> Result<Child, String> {
+    Command::new(&helper.program)
+        .args(&helper.prefix)
+        .args(args)
+        .env("TAILOR_TIER", tier)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("starting {} {args:?}: {e}", helper.program.display()))
+}
+
+fn read_line(out: &mut BufReader<ChildStdout>, what: &str) -> Result<String, String> {
+    let mut line = String::new();
+    match out.read_line(&mut line) {
+        Ok(n) if n > 0 => Ok(line.trim().to_string()),
+        _ => Err(format!("{what} exited before answering")),
+    }
+}
+
+/// Runs the ladder. `progress` gets one line per window.
+pub fn run(opts: &LadderOptions, mut progress: impl FnMut(&str)) -> Result<LadderReport, String> {
+    let begun = Instant::now();
+    let helper = opts.helper.clone().ok_or("ladder: no helper command to start the probe processes")?;
+    let caps = Capabilities::probe();
+    if !caps.root {
+        return Err("ladder: needs root (cgroups and scheduling policies); run it as root".into());
+    }
+    let unique = format!("tailor-ladder-{}", std::process::id());
+    let state_dir = std::env::temp_dir().join(&unique);
+    let rho = opts.rate_per_s * opts.service_us / 1e6;
+    let config = opts.config.clone().unwrap_or_else(|| ladder_config(&caps, &state_dir, &unique, rho));
+    let mut agent = AgentGuard(Agent::new(config, caps.clone()).map_err(|e| e.to_string())?);
+    agent.0.exclude_pid(std::process::id());
+    let capabilities = caps.to_string();
+    let enforcing_mechanisms =
+        agent.0.tiers.iter().map(|t| format!("{}: {}", t.name, t.mechanisms.join(", "))).collect();
+
+    let mut server_children = Children(Vec::new());
+    let mut server = spawn_helper(&helper, &["probe-server", "--workers", &opts.workers.to_string()], "critical")?;
+    let mut server_out = BufReader::new(server.stdout.take().expect("piped"));
+    server_children.0.push(server);
+    let port_line = read_line(&mut server_out, "probe server")?;
+    let port: u16 = port_line
+        .strip_prefix("port ")
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| format!("probe server said {port_line:?}"))?;
+
+    let mut windows = Vec::new();
+    let arms = ["stock", "enforcing"];
+    for &spinners in &opts.steps {
+        let mut spinner_children = Children(Vec::new());
+        for _ in 0..spinners {
+            spinner_children.0.push(spawn_helper(&helper, &["spinner"], "best-effort")?);
+        }
+        let spinner_pids: Vec<u32> = spinner_children.0.iter().map(|c| c.id()).collect();
+        for rep in 0..opts.reps {
+            // Alternate the arm order per repetition so slow drift (other jobs on the machine)
+            // does not always land on the same arm.
+            let order: Vec<&str> = if rep % 2 == 0 { arms.to_vec() } else { arms.iter().rev().copied().collect() };
+            for arm in order {
+                if arm == "enforcing" {
+                    agent.0.start_enforcing().map_err(|e| e.to_string())?;
+                } else {
+                    agent.0.safe_mode().map_err(|e| e.to_string())?;
+                }
+                let seed = opts.seed + (spinners * 1000 + rep) as u64;
+                let result = measure_window(&helper, opts, port, seed, &mut agent.0, &spinner_pids)?;
+                let (latency, be_pct, attribution) = result;
+                let tag_ok = attribution.protected == (arm == "enforcing");
+                progress(&format!(
+                    "[{:.0} s] {arm:>9} spinners={spinners} rep={rep}: p50 {:.0} µs p99 {:.0} µs, best-effort CPU {be_pct:.0}%, {}{}",
+                    begun.elapsed().as_secs_f64(),
+                    latency.p50_us,
+                    latency.p99_us,
+                    if attribution.protected { "protected" } else { "not protected" },
+                    if tag_ok { "" } else { " (* tag disagrees with arm: excluded)" }
+                ));
+                windows.push(WindowResult {
+                    arm: arm.to_string(),
+                    spinners,
+                    rep,
+                    latency,
+                    best_effort_cpu_pct: be_pct,
+                    attribution,
+                    tag_ok,
+                });
+            }
+        }
+        agent.0.safe_mode().map_err(|e| e.to_string())?;
+        drop(spinner_children);
+    }
+    drop(server_children);
+    drop(agent);
+
+    let median = |mut v: Vec<f64>| -> f64 {
+        v.retain(|x| x.is_finite());
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let mut steps = Vec::new();
+    for arm in arms {
+        for &spinners in &opts.steps {
+            let all: Vec<&WindowResult> = windows.iter().filter(|w| w.arm == arm && w.spinners == spinners).collect();
+            let ok: Vec<&&WindowResult> = all.iter().filter(|w| w.tag_ok).collect();
+            steps.push(StepSummary {
+                arm: arm.to_string(),
+                spinners,
+                p50_us: median(ok.iter().map(|w| w.latency.p50_us).collect()),
+                p99_us: median(ok.iter().map(|w| w.latency.p99_us).collect()),
+                p99_reps_us: all.iter().map(|w| w.latency.p99_us).collect(),
+                best_effort_cpu_pct: median(ok.iter().map(|w| w.best_effort_cpu_pct).collect()),
+                windows_excluded: all.len() - ok.len(),
+            });
+        }
+    }
+    let (lo, hi) = (opts.steps.first().copied().unwrap_or(0), opts.steps.last().copied().unwrap_or(0));
+    let at = |arm: &str, n: usize| steps.iter().find(|s| s.arm == arm && s.spinners == n).cloned();
+    let growth = |arm: &str, f: fn(&StepSummary) -> f64| match (at(arm, lo), at(arm, hi)) {
+        (Some(a), Some(b)) => f(&b) / f(&a),
+        _ => f64::NAN,
+    };
+    Ok(LadderReport {
+        options: opts.clone(),
+        capabilities,
+        enforcing_mechanisms,
+        stock_p99_growth: growth("stock", |s| s.p99_us),
+        enforcing_p99_growth: growth("enforcing", |s| s.p99_us),
+        enforcing_p50_change: growth("enforcing", |s| s.p50_us),
+        windows,
+        steps,
+        elapsed_s: begun.elapsed().as_secs_f64(),
+    })
+}
+
+fn measure_window(
+    helper: &AgentCommand,
+    opts: &LadderOptions,
+    port: u16,
+    seed: u64,
+    agent: &mut Agent,
+    spinner_pids: &[u32],
+) -> Result<(ClientResult, f64, WindowRecord), String> {
+    let seconds = (opts.warmup_s + opts.window_s).to_string();
+    let (rate, warmup, service) = (opts.rate_per_s.to_string(), opts.warmup_s.to_string(), opts.service_us.to_string());
+    let args = [
+        "load-client",
+        "--port",
+        &port.to_string(),
+        "--rate",
+        &rate,
+        "--seconds",
+        &seconds,
+        "--warmup",
+        &warmup,
+        "--service-us",
+        &service,
+        "--dist",
+        if opts.exponential { "exp" } else { "fixed" },
+        "--seed",
+        &seed.to_string(),
+    ];
+    let mut children = Children(vec![spawn_helper(helper, &args, "critical")?]);
+    let mut out = BufReader::new(children.0[0].stdout.take().expect("piped"));
+    let ready = read_line(&mut out, "load client")?;
+    if ready != "ready" {
+        return Err(format!("load client said {ready:?}"));
+    }
+    // Place the client (and anything new) before the first request: readiness, not a sleep.
+    agent.reconcile().map_err(|e| e.to_string())?;
+    let cpu_before: u64 = spinner_pids.iter().filter_map(|&p| procs::cpu_ticks(p)).sum();
+    let window = Window::start(agent);
+    let started = Instant::now();
+    let mut stdin: ChildStdin = children.0[0].stdin.take().expect("piped");
+    writeln!(stdin, "go").map_err(|e| format!("load client: {e}"))?;
+    // The client prints its result when done; keep reconciling meanwhile, as the agent would.
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::spawn(move || {
+        let _ = tx.send(read_line(&mut out, "load client"));
+    });
+    let line = loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) => break line?,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                agent.reconcile().map_err(|e| e.to_string())?;
+            }
+            Err(_) => return Err("load client vanished".into()),
+        }
+    };
+    let record = window.finish(agent);
+    let cpu_after: u64 = spinner_pids.iter().filter_map(|&p| procs::cpu_ticks(p)).sum();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let be_pct = 100.0 * (cpu_after.saturating_sub(cpu_before)) as f64 / hz / started.elapsed().as_secs_f64();
+    drop(stdin);
+    let result: ClientResult = serde_json::from_str(&line).map_err(|e| format!("load client output {line:?}: {e}"))?;
+    Ok((result, be_pct, record))
+}
+
+// === report ===
+
+/// Markdown table of the per-step medians.
+pub fn table(report: &LadderReport) -> String {
+    let mut s = String::from(
+        "| spinners | stock p50 (µs) | stock p99 (µs) | enforcing p50 (µs) | enforcing p99 (µs) | best-effort CPU, enforcing (% of a CPU) |\n\
+         |---:|---:|---:|---:|---:|---:|\n",
+    );
+    for &n in &report.options.steps {
+        let get = |arm: &str| report.steps.iter().find(|s| s.arm == arm && s.spinners == n);
+        let (Some(a), Some(b)) = (get("stock"), get("enforcing")) else { continue };
+        let star = |s: &StepSummary| if s.windows_excluded > 0 { "*" } else { "" };
+        s.push_str(&format!(
+            "| {n} | {:.0} | {:.0}{} | {:.0} | {:.0}{} | {:.0} |\n",
+            a.p50_us,
+            a.p99_us,
+            star(a),
+            b.p50_us,
+            b.p99_us,
+            star(b),
+            b.best_effort_cpu_pct
+        ));
+    }
+    s.push_str(&format!(
+        "\np99 growth 0→{} spinners: stock {:.2}×, enforcing {:.2}×; enforcing p50 change {:.2}×\n",
+        report.options.steps.last().copied().unwrap_or(0),
+        report.stock_p99_growth,
+        report.enforcing_p99_growth,
+        report.enforcing_p50_change
+    ));
+    if report.steps.iter().any(|s| s.windows_excluded > 0) {
+        s.push_str("\n`*`: a window whose attribution tag disagreed with its arm was excluded (listed in the JSON).\n");
+    }
+    s
+}
+
+/// SVG: p50 and p99 per arm against the number of spinners.
+pub fn plot(report: &LadderReport) -> String {
+    use tailor_sim::report::{line_plot, Series};
+    let mut series = Vec::new();
+    for arm in ["stock", "enforcing"] {
+        for (q, f) in [("p99", (|s: &StepSummary| s.p99_us) as fn(&StepSummary) -> f64), ("p50", |s| s.p50_us)] {
+            series.push(Series {
+                label: format!("{arm} {q}"),
+                points: report.steps.iter().filter(|s| s.arm == arm).map(|s| (s.spinners as f64, f(s) / 1e3)).collect(),
+            });
+        }
+    }
+    line_plot("Probe latency vs co-located spinners", "best-effort spinners", "latency (ms)", &series)
+}
+
+/// Writes ladder.json, ladder.md and ladder.svg into `dir`.
+pub fn write_outputs(report: &LadderReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let files = [
+        (dir.join("ladder.json"), serde_json::to_string_pretty(report).expect("serializes")),
+        (dir.join("ladder.md"), table(report)),
+        (dir.join("ladder.svg"), plot(report)),
+    ];
+    for (path, text) in &files {
+        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(files.into_iter().map(|(p, _)| p).collect())
+}

@@ -1,0 +1,176 @@
+//! Drives a core [`Policy`] from real threads, whose behaviour the policy does not control.
+//!
+//! The policy contract says `block` and `complete` name a *running* job. Real
+//! threads break that: under the kernel backend a thread outside the band
+//! still runs when a CPU is otherwise idle (SCHED_IDLE is work-conserving) and
+//! may block or finish while the policy thinks it is waiting; under the
+//! cooperative backend a job admitted earlier may have left `running()`.
+//! The driver keeps such events pending and applies them the moment the
+//! policy dispatches the job, so the policy only ever sees legal events.
+
+use std::collections::HashMap;
+
+use tailor_core::policy::{AnyPolicy, Job, JobId, Policy};
+use tailor_core::Nanos;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Actual {
+    Runnable,
+    Blocked,
+    Done,
+}
+
+#[derive(Debug)]
+struct Tracked {
+    job: Job,
+    /// What the thread is really doing.
+    actual: Actual,
+    /// Whether the policy holds the job as runnable (running or waiting).
+    in_policy: bool,
+}
+
+/// A policy plus the real state of every job it was told about.
+pub(crate) struct Driver {
+    policy: AnyPolicy,
+    jobs: HashMap<JobId, Tracked>,
+}
+
+impl Driver {
+    pub fn new(policy: AnyPolicy) -> Self {
+        Driver { policy, jobs: HashMap::new() }
+    }
+
+    fn is_running(&self, id: JobId) -> bool {
+        self.policy.running().contains(&Some(id))
+    }
+
+    /// A new job is runnable.
+    pub fn arrive(&mut self, now: Nanos, job: Job) {
+        self.policy.arrive(now, job);
+        self.jobs.insert(job.id, Tracked { job, actual: Actual::Runnable, in_policy: true });
+        self.settle(now);
+    }
+
+    /// The job's thread waits (a downstream call, I/O).
+    pub fn block(&mut self, now: Nanos, id: JobId) {
+        let running = self.is_running(id);
+        let Some(t) = self.jobs.get_mut(&id) else { return };
+        if t.actual != Actual::Runnable {
+            return;
+        }
+        t.actual = Actual::Blocked;
+        if running {
+            t.in_policy = false;
+            self.policy.block(now, id);
+            self.settle(now);
+        }
+        // Else it stays queued in the policy and is blocked when dispatched.
+    }
+
+    /// The job's thread is runnable again.
+    pub fn wake(&mut self, now: Nanos, id: JobId) {
+        let Some(t) = self.jobs.get_mut(&id) else { return };
+        if t.actual != Actual::Blocked {
+            return;
+        }
+        t.actual = Actual::Runnable;
+        if !t.in_policy {
+            t.in_policy = true;
+            let job = t.job;
+            self.policy.wake(now, job);
+            self.settle(now);
+        }
+    }
+
+    /// The job finished (or its thread died): it leaves the policy now or when dispatched.
+    pub fn complete(&mut self, now: Nanos, id: JobId) {
+        let running = self.is_running(id);
+        let Some(t) = self.jobs.get_mut(&id) else { return };
+        if running {
+            self.policy.complete(now, id);
+            self.jobs.remove(&id);
+            self.settle(now);
+        } else if t.in_policy {
+            t.actual = Actual::Done;
+        } else {
+            self.jobs.remove(&id);
+        }
+    }
+
+    pub fn tick(&mut self, now: Nanos) {
+        self.policy.tick(now);
+        self.settle(now);
+    }
+
+    pub fn next_tick(&self) -> Option<Nanos> {
+        self.policy.next_tick()
+    }
+
+    pub fn running(&self) -> &[Option<JobId>] {
+        self.policy.running()
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.policy.waiting()
+    }
+
+    /// Applies pending blocks and completions of jobs the policy has just dispatched.
+    fn settle(&mut self, now: Nanos) {
+        loop {
+            let pending = self.policy.running().iter().flatten().copied().find_map(|id| {
+                let t = self.jobs.get(&id)?;
+                (t.actual != Actual::Runnable).then_some((id, t.actual))
+            });
+            match pending {
+                None => return,
+                Some((id, Actual::Blocked)) => {
+                    self.jobs.get_mut(&id).expect("tracked").in_policy = false;
+                    self.policy.block(now, id);
+                }
+                Some((id, _)) => {
+                    self.jobs.remove(&id);
+                    self.policy.complete(now, id);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailor_core::PolicySpec;
+
+    fn job(id: JobId, gat: Nanos) -> Job {
+        Job { id, gat, deadline: tailor_core::time::NEVER, class: 0 }
+    }
+
+    #[test]
+    fn completion_of_a_waiting_job_is_applied_when_it_is_dispatched() {
+        let mut d = Driver::new(PolicySpec::Gfifo.build_any(1, 0).unwrap());
+        d.arrive(0, job(1, 10));
+        d.arrive(1, job(2, 20));
+        assert_eq!(d.running(), &[Some(1)]);
+        d.complete(2, 2); // job 2 ran while idle CPU time was around, and finished
+        assert_eq!(d.running(), &[Some(1)]);
+        d.complete(3, 1);
+        // Job 2 was dispatched and immediately completed: nothing left.
+        assert_eq!(d.running(), &[None]);
+        assert!(d.jobs.is_empty());
+    }
+
+    #[test]
+    fn block_and_wake_of_a_waiting_job_never_reach_the_policy_out_of_contract() {
+        let mut d = Driver::new(PolicySpec::Gfifo.build_any(1, 0).unwrap());
+        d.arrive(0, job(1, 10));
+        d.arrive(0, job(2, 20));
+        d.block(1, 2);
+        d.complete(2, 1);
+        // Job 2 was dispatched while blocked: blocked in the policy, CPU free.
+        assert_eq!(d.running(), &[None]);
+        d.wake(3, 2);
+        assert_eq!(d.running(), &[Some(2)]);
+        d.complete(4, 2);
+        assert!(d.jobs.is_empty());
+    }
+}

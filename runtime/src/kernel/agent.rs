@@ -1,0 +1,457 @@
+//! The node agent: runs one policy instance for every job registered in the table and
+//! turns its decisions into thread priorities.
+//!
+//! Jobs the policy runs go to the SCHED_FIFO band ([`BAND_PRIORITY`]); every other job
+//! thread sits at SCHED_IDLE, where it only gets a CPU nobody else wants. The kernel
+//! does the preemption: promoting an old job above a running young one takes effect at
+//! once, and the agent demotes the young one on the same pass. The agent itself runs at
+//! [`AGENT_PRIORITY`], above the band, so it is never starved by the jobs it schedules.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tailor_core::policy::{Job, JobId};
+use tailor_core::{Nanos, PolicySpec};
+
+use super::sys::{self, ThreadPolicy};
+use super::table::{self, Table};
+use super::{AGENT_PRIORITY, BAND_PRIORITY};
+use crate::cpu::{monotonic_ns, thread_cpu_ns};
+use crate::driver::Driver;
+use crate::RuntimeError;
+
+/// The agent's longest sleep: the heartbeat the watchdogs watch advances at least this often.
+pub const HEARTBEAT: Duration = Duration::from_millis(20);
+/// How often registered threads are checked for death (ESRCH).
+const REAP_EVERY: Nanos = 100_000_000;
+
+/// What the agent runs.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// The table file, e.g. `/dev/shm/tailor-sched`.
+    pub table: PathBuf,
+    /// The policy, e.g. `orf` with `c = 6` and `slice_us = 500`.
+    pub policy: PolicySpec,
+    /// CPUs the policy schedules (jobs in the band at once).
+    pub cpus: usize,
+    /// Slots in the table (concurrent jobs on the node).
+    pub slots: u32,
+    /// Print one line per second with the agent's counters.
+    pub verbose: bool,
+}
+
+/// What the agent did, returned when it stops.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AgentReport {
+    pub arrivals: u64,
+    pub completions: u64,
+    pub promotions: u64,
+    pub demotions: u64,
+    /// Decisions that changed the running set (each costs one or two syscalls per thread).
+    pub rotations: u64,
+    pub wakeups: u64,
+    pub reaped: u64,
+    pub errors: u64,
+    /// CPU time the agent thread used, ns.
+    pub cpu_ns: u64,
+    pub wall_ns: u64,
+    /// Threads restored to their original policy at exit.
+    pub restored: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Registered {
+    generation: u64,
+    state: u64,
+    pid: i32,
+    tid: i32,
+    orig: ThreadPolicy,
+}
+
+/// Where the agent put a job's thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Level {
+    Band,
+    Idle,
+}
+
+fn job_id(slot: usize, generation: u64) -> JobId {
+    ((slot as u64) << 32) | (generation & 0xffff_ffff)
+}
+
+fn slot_of(id: JobId) -> usize {
+    (id >> 32) as usize
+}
+
+/// Checks that this machine and process can run the agent; returns the RT throttling
+/// `(runtime_us, period_us)` in force.
+pub fn preflight() -> Result<(i64, i64), RuntimeError> {
+    if !sys::has_cap_sys_nice() {
+        return Err(RuntimeError::Unsupported(
+            "the agent needs CAP_SYS_NICE to set SCHED_FIFO priorities. Fix: run it as root or \
+             `setcap cap_sys_nice+ep $(which tailor)`; without privileges use the cooperative backend"
+                .into(),
+        ));
+    }
+    let throttling = sys::check_rt_throttling().map_err(RuntimeError::Unsupported)?;
+    if let Some(problem) = sys::rt_group_problem(0, 0) {
+        return Err(RuntimeError::Unsupported(problem));
+    }
+    Ok(throttling)
+}
+
+/// Runs the agent on the calling thread until `stop` is set; restores every registered
+/// thread before returning.
+pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, RuntimeError> {
+    preflight()?;
+    if cfg.cpus == 0 {
+        return Err(RuntimeError::Config("agent: `cpus` must be at least 1".into()));
+    }
+    let policy = cfg.policy.build_any(cfg.cpus, 0).map_err(|e| RuntimeError::Config(format!("agent policy: {e}")))?;
+    // Refuse to take over a table another live agent serves.
+    if let Ok(existing) = Table::open(&cfg.table) {
+        let h = existing.header();
+        let pid = h.agent_pid.load(Ordering::Acquire) as i32;
+        if h.agent_state.load(Ordering::Acquire) == table::AGENT_RUNNING && pid != 0 && sys::process_alive(pid) {
+            return Err(RuntimeError::Unsupported(format!(
+                "{}: agent pid {pid} is already running on this table. Fix: stop it, or use another --table",
+                cfg.table.display()
+            )));
+        }
+    }
+    let original = sys::get_policy(0).map_err(|e| RuntimeError::Io { what: "sched_getscheduler".into(), source: e })?;
+    sys::set_policy(0, ThreadPolicy::fifo(AGENT_PRIORITY)).map_err(|e| {
+        RuntimeError::Unsupported(format!(
+            "agent: cannot become SCHED_FIFO/{AGENT_PRIORITY}: {e}{}",
+            sys::rt_group_problem(0, 0).map(|p| format!(" ({p})")).unwrap_or_default()
+        ))
+    })?;
+    let result = Table::create(&cfg.table, cfg.slots).map(|table| {
+        let mut agent = Agent::new(&table, Driver::new(policy));
+        let h = table.header();
+        h.agent_pid.store(std::process::id(), Ordering::Relaxed);
+        h.agent_state.store(table::AGENT_RUNNING, Ordering::Release);
+        agent.run(stop, cfg.verbose);
+        h.agent_state.store(table::AGENT_STOPPED, Ordering::Release);
+        agent.restore_all();
+        agent.report
+    });
+    let _ = sys::set_policy(0, original);
+    result
+}
+
+struct Agent<'t> {
+    table: &'t Table,
+    driver: Driver,
+    /// What the agent last saw in each slot, for registered jobs.
+    registered: Vec<Option<Registered>>,
+    /// Indices of the `Some` entries of `registered`: what `apply` walks (O(live jobs)).
+    live: BTreeSet<usize>,
+    /// The level the agent last set for each runnable job. A job that blocks raises
+    /// itself above the band (so it can ring when it wakes) and leaves this map.
+    applied: HashMap<JobId, Level>,
+    report: AgentReport,
+    logged_errors: u32,
+    /// `TAILOR_AGENT_TRACE` set: print every arrival and tick (debugging only).
+    trace: bool,
+}
+
+impl<'t> Agent<'t> {
+    fn new(table: &'t Table, driver: Driver) -> Self {
+        Agent {
+            registered: vec![None; table.slots()],
+            live: BTreeSet::new(),
+            table,
+            driver,
+            applied: HashMap::new(),
+            report: AgentReport::default(),
+            logged_errors: 0,
+            trace: std::env::var_os("TAILOR_AGENT_TRACE").is_some(),
+        }
+    }
+
+    fn error(&mut self, msg: String) {
+        self.report.errors += 1;
+        // Log the first few: a misconfigured node would otherwise flood stderr.
+        if self.logged_errors < 20 {
+            self.logged_errors += 1;
+            eprintln!("tailor agent: {msg}");
+        }
+    }
+
+    fn run(&mut self, stop: &AtomicBool, verbose: bool) {
+        let h = self.table.header();
+        let (start_wall, start_cpu) = (monotonic_ns(), thread_cpu_ns());
+        let mut next_reap = start_wall + REAP_EVERY;
+        let mut next_log = start_wall + 1_000_000_000;
+        while !stop.load(Ordering::Relaxed) {
+            h.heartbeat.fetch_add(1, Ordering::Release);
+            let bell = h.doorbell.load(Ordering::SeqCst);
+            let now = monotonic_ns();
+            self.scan(now);
+            if self.driver.next_tick().is_some_and(|t| t <= now) {
+                self.driver.tick(now);
+                if self.trace {
+                    eprintln!("agent: t={now} tick running={:?}", self.driver.running());
+                }
+            }
+            if now >= next_reap {
+                self.scan_all(now);
+                self.reap();
+                next_reap = now + REAP_EVERY;
+            }
+            self.apply();
+            if verbose && now >= next_log {
+                next_log = now + 1_000_000_000;
+                eprintln!("tailor agent: {:?} waiting={}", self.report, self.driver.waiting());
+            }
+            // Sleep until the doorbell rings, the policy's next tick, or the heartbeat.
+            let now = monotonic_ns();
+            let until_tick = self.driver.next_tick().map(|t| t.saturating_sub(now));
+            let timeout = until_tick.map_or(HEARTBEAT, |t| HEARTBEAT.min(Duration::from_nanos(t)));
+            if timeout.is_zero() {
+                continue;
+            }
+            h.agent_sleeping.store(1, Ordering::SeqCst);
+            if h.doorbell.load(Ordering::SeqCst) == bell {
+                sys::futex_wait(&h.doorbell, bell, timeout);
+            }
+            h.agent_sleeping.store(0, Ordering::SeqCst);
+            self.report.wakeups += 1;
+        }
+        self.report.wall_ns = monotonic_ns() - start_wall;
+        self.report.cpu_ns = thread_cpu_ns() - start_cpu;
+    }
+
+    /// Feeds the changes of the slots marked dirty since the last scan to the policy.
+    fn scan(&mut self, now: Nanos) {
+        for w in 0..self.table.dirty_words() {
+            let word = self.table.dirty_word(w);
+            if word.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            // Clear before reading the slots: a change after this sets the bit again.
+            let mut bits = word.swap(0, Ordering::SeqCst);
+            while bits != 0 {
+                let b = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                self.scan_slot(now, w * 64 + b);
+            }
+        }
+    }
+
+    /// Every slot, dirty or not: a safety net run with the reaper (a process that died
+    /// between writing its slot and setting the dirty bit).
+    fn scan_all(&mut self, now: Nanos) {
+        for i in 0..self.table.slots() {
+            self.scan_slot(now, i);
+        }
+    }
+
+    fn scan_slot(&mut self, now: Nanos, i: usize) {
+        {
+            let slot = self.table.slot(i);
+            let (generation, state) = table::unpack(slot.word.load(Ordering::Acquire));
+            let seen = self.registered[i];
+            if let Some(r) = seen {
+                if r.generation == generation && r.state == state {
+                    return;
+                }
+                if r.generation != generation || state == table::FREE {
+                    // The job finished (its thread restored itself); maybe a new one claimed the slot.
+                    self.driver.complete(now, job_id(i, r.generation));
+                    self.applied.remove(&job_id(i, r.generation));
+                    self.registered[i] = None;
+                    self.live.remove(&i);
+                    self.report.completions += 1;
+                } else {
+                    let id = job_id(i, generation);
+                    match state {
+                        table::BLOCKED => {
+                            self.applied.remove(&id);
+                            self.driver.block(now, id)
+                        }
+                        table::RUNNABLE => self.driver.wake(now, id),
+                        _ => {}
+                    }
+                    self.registered[i] = Some(Registered { state, ..r });
+                    return;
+                }
+            }
+            if state == table::RUNNABLE || state == table::BLOCKED {
+                let r = Registered {
+                    generation,
+                    state,
+                    pid: slot.pid.load(Ordering::Relaxed) as i32,
+                    tid: slot.tid.load(Ordering::Relaxed) as i32,
+                    orig: ThreadPolicy {
+                        policy: slot.orig_policy.load(Ordering::Relaxed),
+                        priority: slot.orig_priority.load(Ordering::Relaxed),
+                    },
+                };
+                let id = job_id(i, generation);
+                let job = Job {
+                    id,
+                    gat: slot.gat.load(Ordering::Relaxed),
+                    deadline: slot.deadline.load(Ordering::Relaxed),
+                    class: slot.class.load(Ordering::Relaxed) as u8,
+                };
+                self.driver.arrive(now, job);
+                if self.trace {
+                    eprintln!(
+                        "agent: t={now} arrive {job:?} running={:?} next_tick={:?}",
+                        self.driver.running(),
+                        self.driver.next_tick()
+                    );
+                }
+                if state == table::BLOCKED {
+                    self.driver.block(now, id);
+                }
+                self.registered[i] = Some(r);
+                self.live.insert(i);
+                self.report.arrivals += 1;
+            }
+        }
+    }
+
+    /// Makes the band exactly the policy's running set: runnable jobs the policy runs go
+    /// to the band, the other runnable ones to SCHED_IDLE. Blocked jobs are left alone.
+    fn apply(&mut self) {
+        let running: Vec<JobId> = self.driver.running().iter().flatten().copied().collect();
+        let mut changes: Vec<(JobId, Level)> = Vec::new();
+        for &i in &self.live {
+            let Some(r) = self.registered[i].filter(|r| r.state == table::RUNNABLE) else { continue };
+            let id = job_id(i, r.generation);
+            let want = if running.contains(&id) { Level::Band } else { Level::Idle };
+            if self.applied.get(&id) != Some(&want) {
+                changes.push((id, want));
+            }
+        }
+        if changes.is_empty() {
+            return;
+        }
+        self.report.rotations += 1;
+        // Promote first: the CPU goes to the new job the moment the old one is demoted.
+        changes.sort_by_key(|(_, level)| *level != Level::Band);
+        for (id, level) in changes {
+            let policy = match level {
+                Level::Band => ThreadPolicy::fifo(BAND_PRIORITY),
+                Level::Idle => ThreadPolicy::IDLE,
+            };
+            if self.set(id, policy).is_some() {
+                self.applied.insert(id, level);
+                match level {
+                    Level::Band => self.report.promotions += 1,
+                    Level::Idle => self.report.demotions += 1,
+                }
+            }
+        }
+    }
+
+    /// Sets the policy of job `id`'s thread if that job is still RUNNABLE, under the
+    /// write fence (see `table`): announce the job in `agent_busy`, re-read its slot, and
+    /// write only if it is still that job and runnable. A thread that blocked or finished
+    /// meanwhile is not touched; the change is in its dirty bit for the next scan. A thread
+    /// that died frees its slot.
+    fn set(&mut self, id: JobId, p: ThreadPolicy) -> Option<i32> {
+        let i = slot_of(id);
+        let r = self.registered[i].filter(|r| job_id(i, r.generation) == id)?;
+        let slot = self.table.slot(i);
+        slot.agent_busy.store(r.generation, Ordering::SeqCst);
+        if slot.word.load(Ordering::SeqCst) != table::pack(r.generation, table::RUNNABLE) {
+            slot.agent_busy.store(0, Ordering::SeqCst);
+            return None;
+        }
+        let result = sys::set_policy(r.tid, p);
+        slot.agent_busy.store(0, Ordering::SeqCst);
+        if let Err(e) = result {
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                self.free_dead(i, r);
+            } else {
+                let hint = sys::rt_group_problem(r.pid, r.tid).map(|p| format!(" ({p})")).unwrap_or_default();
+                self.error(format!("pid {} tid {}: cannot set {}: {e}{hint}", r.pid, r.tid, p.describe()));
+            }
+            return None;
+        }
+        Some(r.tid)
+    }
+
+    /// Frees the slots of threads that no longer exist.
+    fn reap(&mut self) {
+        for i in 0..self.registered.len() {
+            if let Some(r) = self.registered[i] {
+                if !sys::thread_alive(r.pid, r.tid) {
+                    self.free_dead(i, r);
+                }
+            }
+        }
+    }
+
+    fn free_dead(&mut self, i: usize, r: Registered) {
+        let slot = self.table.slot(i);
+        // Only if it is still that job: a CAS, since a live claimer may race us.
+        let current = slot.word.load(Ordering::Acquire);
+        if table::unpack(current).0 == r.generation && table::unpack(current).1 != table::FREE {
+            let _ = slot.word.compare_exchange(
+                current,
+                table::pack(r.generation, table::FREE),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+        self.applied.remove(&job_id(i, r.generation));
+        self.report.reaped += 1;
+        self.table.changed(i);
+        // The next scan sees FREE and completes the job in the policy.
+    }
+
+    /// At exit: every thread still in a job back to the policy it had before its job,
+    /// under the write fence, so a thread finishing right now keeps its own restore.
+    fn restore_all(&mut self) {
+        for &i in &self.live {
+            let Some(r) = self.registered[i] else { continue };
+            let slot = self.table.slot(i);
+            slot.agent_busy.store(r.generation, Ordering::SeqCst);
+            let (generation, state) = table::unpack(slot.word.load(Ordering::SeqCst));
+            if generation == r.generation && state != table::FREE && sys::set_policy(r.tid, r.orig).is_ok() {
+                self.report.restored += 1;
+            }
+            slot.agent_busy.store(0, Ordering::SeqCst);
+        }
+    }
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// The flag `tailor agent` stops on: set by SIGINT, SIGTERM, SIGHUP, and by EOF on
+/// stdin when stdin is a pipe (a parent that closes the pipe asks the agent to restore
+/// and exit; a terminal or /dev/null never does). The agent notices within one heartbeat.
+pub fn stop_on_signals() -> &'static AtomicBool {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::signal(sig, on_stop_signal as *const () as libc::sighandler_t);
+        }
+    }
+    // SAFETY: fstat on fd 0 with a valid out-pointer.
+    let stdin_is_pipe = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(0, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFIFO
+    };
+    if stdin_is_pipe {
+        let _ = std::thread::Builder::new().name("tailor-agent-stdin".into()).spawn(|| {
+            use std::io::Read;
+            let mut buf = [0u8; 64];
+            let mut stdin = std::io::stdin();
+            while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+            STOP.store(true, Ordering::Relaxed);
+        });
+    }
+    &STOP
+}

@@ -1,0 +1,328 @@
+//! The kernel-enforced backend: a node-wide agent turns the policy's decisions into
+//! thread priorities, so the kernel preempts for us (no ghOSt, no sched_ext).
+//!
+//! - [`table`]: the shared-memory registration table (a file in /dev/shm);
+//! - [`agent`]: the node agent (`tailor agent`), one policy instance for the node;
+//! - this module: the service side. A job's thread claims a slot, writes its context,
+//!   marks it runnable and rings the agent, which puts it in the SCHED_FIFO band when
+//!   the policy runs it and at SCHED_IDLE otherwise. A watchdog thread restores every
+//!   thread of this process and falls back to the cooperative backend if the agent's
+//!   heartbeat stops.
+//!
+//! Who may still run when the band saturates the CPUs matters: a thread that must
+//! *tell* the agent something (a new job, a wake-up) needs a CPU to do it. So job
+//! threads start their jobs from above the band (I/O and pool threads run at
+//! [`IO_PRIORITY`]), and a job that blocks raises itself to [`IO_PRIORITY`] before it
+//! sleeps, so it can ring when it wakes; the agent then moves it to the band or below.
+//!
+//! Priorities (SCHED_FIFO, all low: kernel threads such as migration/N and threaded
+//! IRQs at 50 stay above us): band [`BAND_PRIORITY`] < I/O threads [`IO_PRIORITY`] <
+//! watchdogs [`WATCHDOG_PRIORITY`] < agent [`AGENT_PRIORITY`].
+
+pub mod agent;
+pub mod sys;
+pub mod table;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use tailor_core::Context;
+
+pub use agent::{preflight, run_agent, stop_on_signals, AgentConfig, AgentReport};
+use sys::ThreadPolicy;
+use table::Table;
+
+use crate::config::{available_cpus, BackendSpec};
+use crate::cooperative::Cooperative;
+use crate::scheduler::{Inner, PermitJob};
+use crate::stats::Counters;
+use crate::RuntimeError;
+
+/// SCHED_FIFO priority of the jobs the policy runs.
+pub const BAND_PRIORITY: i32 = 10;
+/// SCHED_FIFO priority of I/O threads ([`crate::Scheduler::io_thread_started`]): above
+/// the band, so a newly arrived (possibly older) request is accepted and parsed while
+/// the band is saturated.
+pub const IO_PRIORITY: i32 = 11;
+/// SCHED_FIFO priority of each process's watchdog: it must run while the band is saturated.
+pub const WATCHDOG_PRIORITY: i32 = 12;
+/// SCHED_FIFO priority of the agent: above everything it schedules.
+pub const AGENT_PRIORITY: i32 = 13;
+
+/// A job registered in the table (or, after a fallback, nothing to undo but its slot).
+pub(crate) struct Registration {
+    slot: usize,
+    generation: u64,
+    tid: i32,
+    orig: ThreadPolicy,
+}
+
+pub(crate) struct KernelBackend {
+    table: Table,
+    fallback: Cooperative,
+    fell_back: AtomicBool,
+    /// Threads of this process now in a job, with their policy before it: what the
+    /// watchdog restores if the agent dies.
+    job_threads: Mutex<HashMap<i32, ThreadPolicy>>,
+    /// I/O threads raised above the band, with their original policy.
+    io_threads: Mutex<HashMap<i32, ThreadPolicy>>,
+    watchdog: Duration,
+    next_slot: AtomicUsize,
+    description: String,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl KernelBackend {
+    pub fn new(spec: &BackendSpec) -> Result<Self, RuntimeError> {
+        let BackendSpec::Kernel { table, watchdog_ms, fallback_policy, fallback_c } = spec else {
+            unreachable!("KernelBackend::new with a non-kernel spec")
+        };
+        if !sys::has_cap_sys_nice() {
+            return Err(RuntimeError::Unsupported(
+                "kernel backend needs CAP_SYS_NICE (its watchdog and I/O threads run SCHED_FIFO). Fix: run as root \
+                 or `setcap cap_sys_nice+ep <binary>`, or use {\"kind\": \"cooperative\"}"
+                    .into(),
+            ));
+        }
+        if let Some(problem) = sys::rt_group_problem(0, 0) {
+            return Err(RuntimeError::Unsupported(problem));
+        }
+        if *watchdog_ms < 2 * agent::HEARTBEAT.as_millis() as u64 {
+            return Err(RuntimeError::Config(format!(
+                "kernel backend: `watchdog_ms` = {watchdog_ms} is shorter than two agent heartbeats ({} ms)",
+                2 * agent::HEARTBEAT.as_millis()
+            )));
+        }
+        let t = Table::open(table)?;
+        let h = t.header();
+        // An agent creates its table a moment before it starts serving it.
+        let starting = Instant::now();
+        while h.agent_state.load(Ordering::Acquire) == table::AGENT_STARTING
+            && starting.elapsed() < Duration::from_secs(2)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let pid = h.agent_pid.load(Ordering::Acquire) as i32;
+        if h.agent_state.load(Ordering::Acquire) != table::AGENT_RUNNING || !sys::process_alive(pid) {
+            return Err(RuntimeError::Unsupported(format!(
+                "{}: the agent (pid {pid}) is not running. Fix: start `tailor agent --table {}`",
+                table.display(),
+                table.display()
+            )));
+        }
+        let c = if *fallback_c == 0 { available_cpus() } else { *fallback_c };
+        let fallback = Cooperative::new(fallback_policy, c)?;
+        let description = format!(
+            "backend kernel (agent pid {pid}, table {}, {} slots; band SCHED_FIFO/{BAND_PRIORITY}, waiting jobs \
+             SCHED_IDLE; watchdog {watchdog_ms} ms, then cooperative {fallback_policy:?} c={c})",
+            table.display(),
+            t.slots()
+        );
+        Ok(KernelBackend {
+            table: t,
+            fallback,
+            fell_back: AtomicBool::new(false),
+            job_threads: Mutex::new(HashMap::new()),
+            io_threads: Mutex::new(HashMap::new()),
+            watchdog: Duration::from_millis(*watchdog_ms),
+            next_slot: AtomicUsize::new(0),
+            description,
+        })
+    }
+
+    pub fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    pub fn fallback(&self) -> &Cooperative {
+        &self.fallback
+    }
+
+    pub fn fell_back(&self) -> bool {
+        self.fell_back.load(Ordering::Acquire)
+    }
+
+    /// Registers a job of the calling thread.
+    pub fn enter(&self, ctx: &Context, counters: &Counters) -> PermitJob {
+        if !self.fell_back() {
+            if let Some(reg) = self.register(ctx, counters) {
+                return PermitJob::Kernel(reg);
+            }
+        }
+        let (id, waited) = self.fallback.enter(ctx.gat, ctx.deadline, ctx.class, counters);
+        Counters::add(&counters.waited_ns, waited);
+        PermitJob::Cooperative(id)
+    }
+
+    fn register(&self, ctx: &Context, counters: &Counters) -> Option<Registration> {
+        let tid = sys::gettid();
+        // Safe to read as "the policy before this job": the write fence (see `table`) means
+        // no agent write for an earlier job of this thread can still be in flight.
+        let orig = match sys::get_policy(0) {
+            Ok(p) => p,
+            Err(e) => {
+                Counters::add(&counters.errors, 1);
+                eprintln!("tailor-runtime: sched_getattr: {e}");
+                return None;
+            }
+        };
+        let n = self.table.slots();
+        let start = self.next_slot.fetch_add(1, Ordering::Relaxed) % n;
+        let (slot, generation) = (0..n).find_map(|k| {
+            let i = (start + k) % n;
+            let word = self.table.slot(i).word.load(Ordering::Relaxed);
+            let (generation, state) = table::unpack(word);
+            let claimed = table::pack(generation + 1, table::CLAIMED);
+            (state == table::FREE
+                && self.table.slot(i).word.compare_exchange(word, claimed, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+            .then_some((i, generation + 1))
+        })?;
+        let s = self.table.slot(slot);
+        s.pid.store(std::process::id(), Ordering::Relaxed);
+        s.tid.store(tid as u32, Ordering::Relaxed);
+        s.gat.store(ctx.gat, Ordering::Relaxed);
+        s.deadline.store(ctx.deadline, Ordering::Relaxed);
+        s.class.store(ctx.class as u32, Ordering::Relaxed);
+        s.orig_policy.store(orig.policy, Ordering::Relaxed);
+        s.orig_priority.store(orig.priority, Ordering::Relaxed);
+        lock(&self.job_threads).insert(tid, orig);
+        // No priority change here: the agent sets band or SCHED_IDLE when it sees us,
+        // so there is exactly one writer of a registered job's policy.
+        s.word.store(table::pack(generation, table::RUNNABLE), Ordering::SeqCst);
+        self.table.changed(slot);
+        Some(Registration { slot, generation, tid, orig })
+    }
+
+    pub fn block(&self, reg: &Registration) {
+        // Above the band while blocked: when the call returns we must get a CPU to
+        // ring the agent even if the band is saturated (the agent then moves us).
+        // BLOCKED first and wait out any agent write in flight, so the agent cannot
+        // overwrite this with the band or SCHED_IDLE.
+        self.table.leave_runnable(reg.slot, reg.generation, table::BLOCKED);
+        let _ = sys::set_policy(0, ThreadPolicy::fifo(IO_PRIORITY));
+        self.table.changed(reg.slot);
+    }
+
+    pub fn wake(&self, reg: &Registration) {
+        self.table.slot(reg.slot).word.store(table::pack(reg.generation, table::RUNNABLE), Ordering::SeqCst);
+        self.table.changed(reg.slot);
+    }
+
+    pub fn leave(&self, reg: &Registration, counters: &Counters) {
+        // FREE, then wait out any agent write in flight for this job: after that the
+        // agent never writes this thread for this job, so our restore is the last word.
+        self.table.leave_runnable(reg.slot, reg.generation, table::FREE);
+        match sys::set_policy(0, reg.orig) {
+            Ok(()) => Counters::add(&counters.priority_changes, 1),
+            Err(e) => {
+                Counters::add(&counters.errors, 1);
+                eprintln!("tailor-runtime: cannot restore {} after a job: {e}", reg.orig.describe());
+            }
+        }
+        lock(&self.job_threads).remove(&reg.tid);
+        self.table.changed(reg.slot);
+    }
+
+    pub fn io_thread_started(&self) -> Result<(), RuntimeError> {
+        if self.fell_back() {
+            return Ok(());
+        }
+        let orig = sys::get_policy(0).map_err(|e| RuntimeError::Io { what: "sched_getscheduler".into(), source: e })?;
+        sys::set_policy(0, ThreadPolicy::fifo(IO_PRIORITY))
+            .map_err(|e| RuntimeError::Io { what: format!("I/O thread to SCHED_FIFO/{IO_PRIORITY}"), source: e })?;
+        lock(&self.io_threads).insert(sys::gettid(), orig);
+        Ok(())
+    }
+
+    pub fn io_thread_stopped(&self) {
+        if let Some(orig) = lock(&self.io_threads).remove(&sys::gettid()) {
+            let _ = sys::set_policy(0, orig);
+        }
+    }
+
+    /// Starts this process's watchdog thread; it ends when the scheduler is dropped.
+    pub fn start_watchdog(&self, inner: Weak<Inner>) {
+        let spawned = std::thread::Builder::new().name("tailor-watchdog".into()).spawn(move || {
+            // Above the band: a saturated band must not stop us from noticing a dead agent.
+            if let Err(e) = sys::set_policy(0, ThreadPolicy::fifo(WATCHDOG_PRIORITY)) {
+                eprintln!("tailor-runtime: watchdog stays SCHED_OTHER ({e}); it may react late while the band is busy");
+            }
+            let mut last = (u64::MAX, Instant::now());
+            loop {
+                std::thread::sleep(Duration::from_millis(10));
+                let Some(inner) = inner.upgrade() else { return };
+                let crate::scheduler::Backend::Kernel(k) = &inner.backend else { return };
+                let h = k.table.header();
+                let beat = h.heartbeat.load(Ordering::Acquire);
+                if beat != last.0 {
+                    last = (beat, Instant::now());
+                }
+                let stopped = h.agent_state.load(Ordering::Acquire) == table::AGENT_STOPPED;
+                if stopped || last.1.elapsed() >= k.watchdog {
+                    k.fall_back(&inner.counters, last.1.elapsed(), stopped);
+                    return;
+                }
+            }
+        });
+        if let Err(e) = spawned {
+            eprintln!("tailor-runtime: cannot start the watchdog thread: {e}; falling back to cooperative now");
+            self.fell_back.store(true, Ordering::Release);
+        }
+    }
+
+    /// The agent is gone: every thread of this process back to its own policy, and
+    /// new jobs go through the cooperative fallback.
+    fn fall_back(&self, counters: &Counters, silent_for: Duration, stopped: bool) {
+        self.fell_back.store(true, Ordering::Release);
+        let mut restored = 0;
+        for (tid, orig) in lock(&self.job_threads).iter() {
+            if sys::set_policy(*tid, *orig).is_ok() {
+                restored += 1;
+            }
+        }
+        for (tid, orig) in lock(&self.io_threads).drain() {
+            if sys::set_policy(tid, orig).is_ok() {
+                restored += 1;
+            }
+        }
+        Counters::add(&counters.fallbacks, 1);
+        Counters::add(&counters.priority_changes, restored);
+        let why = if stopped {
+            "the agent stopped".to_string()
+        } else {
+            format!("the agent's heartbeat stopped for {} ms", silent_for.as_millis())
+        };
+        eprintln!(
+            "tailor-runtime: {why} ({}): restored {restored} threads to their original policy; falling back to \
+             the cooperative backend",
+            self.table.path().display()
+        );
+    }
+}
+
+/// The policy a `tailor agent --policy NAME --c C --slice-us S` command line means.
+pub fn policy_from_args(name: &str, c: usize, slice_us: f64) -> Result<tailor_core::PolicySpec, RuntimeError> {
+    use tailor_core::PolicySpec;
+    let spec = match name {
+        "orf" => PolicySpec::Orf { c, slice_us },
+        "rr" => PolicySpec::Rr { slice_us },
+        "ps" => PolicySpec::Ps { slice_us },
+        "edf" => PolicySpec::Edf,
+        "fifo" => PolicySpec::Fifo,
+        "gfifo" => PolicySpec::Gfifo,
+        "priq" => PolicySpec::Priq,
+        "lifo" => PolicySpec::Lifo,
+        other => {
+            return Err(RuntimeError::Config(format!(
+                "--policy {other}: unknown; use one of orf, rr, ps, edf, fifo, gfifo, priq, lifo"
+            )))
+        }
+    };
+    spec.validate().map_err(|e| RuntimeError::Config(format!("--policy {name}: {e}")))?;
+    Ok(spec)
+}

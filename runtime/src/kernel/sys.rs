@@ -1,0 +1,186 @@
+//! Thin, checked wrappers over the Linux calls the kernel backend needs:
+//! per-thread scheduling policy, futexes on shared memory, capability and RT checks.
+
+use std::io;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+/// `SCHED_RESET_ON_FORK`: threads our band threads create start at SCHED_OTHER,
+/// so a handler that spawns a thread never leaks an RT priority.
+pub const SCHED_RESET_ON_FORK: i32 = 0x4000_0000;
+
+/// A thread's scheduling policy and RT priority, as `sched_getscheduler` reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadPolicy {
+    /// `SCHED_OTHER`, `SCHED_FIFO`, ... possibly with [`SCHED_RESET_ON_FORK`].
+    pub policy: i32,
+    /// RT priority (0 for the normal policies).
+    pub priority: i32,
+}
+
+impl ThreadPolicy {
+    pub const IDLE: ThreadPolicy = ThreadPolicy { policy: libc::SCHED_IDLE, priority: 0 };
+
+    /// SCHED_FIFO at `priority`, reset on fork.
+    pub const fn fifo(priority: i32) -> ThreadPolicy {
+        ThreadPolicy { policy: libc::SCHED_FIFO | SCHED_RESET_ON_FORK, priority }
+    }
+
+    /// The policy without flags, e.g. `libc::SCHED_FIFO`.
+    pub fn base(&self) -> i32 {
+        self.policy & !SCHED_RESET_ON_FORK
+    }
+
+    /// Human-readable, e.g. `SCHED_FIFO/10`.
+    pub fn describe(&self) -> String {
+        let name = match self.base() {
+            libc::SCHED_OTHER => "SCHED_OTHER",
+            libc::SCHED_FIFO => "SCHED_FIFO",
+            libc::SCHED_RR => "SCHED_RR",
+            libc::SCHED_BATCH => "SCHED_BATCH",
+            libc::SCHED_IDLE => "SCHED_IDLE",
+            _ => "SCHED_?",
+        };
+        format!("{name}/{}", self.priority)
+    }
+}
+
+/// The calling thread's kernel id.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// The policy of thread `tid` (0 = the calling thread), read with ONE `sched_getattr`
+/// call: `sched_getscheduler` + `sched_getparam` are two calls, and a priority change
+/// landing between them yields an impossible pair (e.g. SCHED_OTHER/10) that cannot be
+/// set back later.
+pub fn get_policy(tid: i32) -> io::Result<ThreadPolicy> {
+    /// `struct sched_attr`, SCHED_ATTR_SIZE_VER0 (48 bytes).
+    #[repr(C)]
+    #[derive(Default)]
+    struct SchedAttr {
+        size: u32,
+        sched_policy: u32,
+        sched_flags: u64,
+        sched_nice: i32,
+        sched_priority: u32,
+        sched_runtime: u64,
+        sched_deadline: u64,
+        sched_period: u64,
+    }
+    const SCHED_FLAG_RESET_ON_FORK: u64 = 0x01;
+    let mut attr = SchedAttr { size: std::mem::size_of::<SchedAttr>() as u32, ..Default::default() };
+    // SAFETY: a valid, writable sched_attr of the size we pass.
+    let r = unsafe {
+        libc::syscall(libc::SYS_sched_getattr, tid, &mut attr as *mut SchedAttr, std::mem::size_of::<SchedAttr>(), 0)
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let reset = if attr.sched_flags & SCHED_FLAG_RESET_ON_FORK != 0 { SCHED_RESET_ON_FORK } else { 0 };
+    Ok(ThreadPolicy { policy: attr.sched_policy as i32 | reset, priority: attr.sched_priority as i32 })
+}
+
+/// Sets the policy of thread `tid` (0 = the calling thread).
+pub fn set_policy(tid: i32, p: ThreadPolicy) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: p.priority };
+    // SAFETY: valid pointer to a sched_param that lives across the call.
+    if unsafe { libc::sched_setscheduler(tid, p.policy, &param) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether thread `tid` of process `pid` still exists.
+pub fn thread_alive(pid: i32, tid: i32) -> bool {
+    // SAFETY: signal 0 only checks existence and permission.
+    let r = unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, 0) };
+    r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Whether process `pid` exists.
+pub fn process_alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks existence and permission.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Sleeps while `*word == expected`, at most `timeout`; wakes on [`futex_wake`].
+/// Works across processes (the word lives in a shared mapping, so no FUTEX_PRIVATE_FLAG).
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
+    // SAFETY: `word` is a valid, aligned u32 for the duration of the call.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec, 0, 0)
+    };
+}
+
+/// Wakes one waiter of `word`.
+pub fn futex_wake(word: &AtomicU32) {
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, 1, 0, 0, 0) };
+}
+
+/// Whether this process has CAP_SYS_NICE in its effective set.
+pub fn has_cap_sys_nice() -> bool {
+    const CAP_SYS_NICE: u32 = 23;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("CapEff:"))?;
+            u64::from_str_radix(line.trim_start_matches("CapEff:").trim(), 16).ok()
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_NICE) != 0)
+}
+
+/// Refuses unbounded RT: with `sched_rt_runtime_us = -1` a saturated SCHED_FIFO band
+/// would starve everything else on its CPUs forever.
+pub fn check_rt_throttling() -> Result<(i64, i64), String> {
+    let read = |f: &str| -> Result<i64, String> {
+        std::fs::read_to_string(f)
+            .map_err(|e| format!("cannot read {f}: {e}"))?
+            .trim()
+            .parse()
+            .map_err(|e| format!("{f}: not a number: {e}"))
+    };
+    let runtime = read("/proc/sys/kernel/sched_rt_runtime_us")?;
+    let period = read("/proc/sys/kernel/sched_rt_period_us")?;
+    if runtime < 0 {
+        return Err("/proc/sys/kernel/sched_rt_runtime_us is -1 (RT throttling off): a saturated SCHED_FIFO band \
+                    would starve every other thread on its CPUs. Fix: `sysctl kernel.sched_rt_runtime_us=950000` \
+                    (the Linux default)"
+            .into());
+    }
+    Ok((runtime, period))
+}
+
+/// With RT_GROUP_SCHED (cgroup v1 `cpu` controller with `cpu.rt_runtime_us`), a thread
+/// in a cpu cgroup whose `cpu.rt_runtime_us` is 0 cannot become SCHED_FIFO. Returns the
+/// error to show for thread `tid` of `pid` (0, 0 = this thread), or `None` if the
+/// cgroup allows RT (or there is no such controller).
+pub fn rt_group_problem(pid: i32, tid: i32) -> Option<String> {
+    let cgroup_file =
+        if pid == 0 { "/proc/thread-self/cgroup".to_string() } else { format!("/proc/{pid}/task/{tid}/cgroup") };
+    let content = std::fs::read_to_string(&cgroup_file).ok()?;
+    // cgroup v1 lines look like `1:cpu:/path` or `3:cpu,cpuacct:/path`.
+    let path = content.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers.split(',').any(|c| c == "cpu").then(|| path.to_string())
+    })?;
+    for mount in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"] {
+        let file = format!("{mount}{}/cpu.rt_runtime_us", path.trim_end_matches('/'));
+        if let Ok(v) = std::fs::read_to_string(&file) {
+            if v.trim() == "0" {
+                return Some(format!(
+                    "{file} is 0: threads in cpu cgroup `{path}` cannot use SCHED_FIFO (RT_GROUP_SCHED). \
+                     Fix: give the cgroup (and each parent) an RT budget, e.g. `echo 100000 > {file}`, \
+                     or run the service in the root cpu cgroup"
+                ));
+            }
+            return None;
+        }
+    }
+    None
+}

@@ -1,0 +1,280 @@
+//! The node-wide registration table: a small file in /dev/shm, mapped by the agent
+//! and by every service process using the kernel backend.
+//!
+//! Layout (all fields atomics, native endianness, one cache line each):
+//! a [`Header`], a dirty bitmap (one bit per slot, rounded up to a cache line), then
+//! `slots` × [`Slot`]. A slot belongs to one job of one thread
+//! at a time; its `word` packs `(generation << 8) | state` so a single load tells
+//! the agent both what the job is doing and whether it is still the same job.
+//! Writers: the job's thread (claim, context, state changes, free) and the agent
+//! (only to free the slot of a thread that died). Everything else the agent only reads.
+//!
+//! Two protocols keep the agent cheap and its priority writes safe:
+//! - **dirty bits**: a thread that changes its slot sets the slot's bit, then rings;
+//!   the agent swaps each non-zero bitmap word to 0 and reads only those slots, so a
+//!   wake-up costs O(changed slots), not O(table);
+//! - **the write fence** (`Slot::agent_busy`): the agent announces the generation whose
+//!   thread it is about to re-prioritise, re-reads the slot (SeqCst), and only writes if
+//!   that job is still RUNNABLE; a thread that leaves RUNNABLE (block, completion) stores
+//!   its new state (SeqCst) and then waits until `agent_busy` no longer names its job
+//!   before it sets its own policy. Either the agent sees the new state and does not
+//!   write, or the thread waits for the write to land: an agent write can never land
+//!   after the thread restored itself (the race that leaked priorities into later jobs).
+
+use std::fs::OpenOptions;
+use std::io;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+pub const MAGIC: u64 = u64::from_le_bytes(*b"TAILORSC");
+pub const VERSION: u32 = 2;
+/// Default number of slots: concurrent jobs on the node, all processes together.
+pub const DEFAULT_SLOTS: u32 = 1024;
+
+/// Slot states (low 8 bits of `word`).
+pub const FREE: u64 = 0;
+pub const CLAIMED: u64 = 1;
+pub const RUNNABLE: u64 = 2;
+pub const BLOCKED: u64 = 3;
+
+/// Agent states.
+pub const AGENT_STARTING: u32 = 0;
+pub const AGENT_RUNNING: u32 = 1;
+pub const AGENT_STOPPED: u32 = 2;
+
+#[repr(C, align(64))]
+pub struct Header {
+    pub magic: AtomicU64,
+    pub version: AtomicU32,
+    pub slots: AtomicU32,
+    pub agent_pid: AtomicU32,
+    pub agent_state: AtomicU32,
+    /// Incremented by the agent at least every [`super::agent::HEARTBEAT`]; watchdogs watch it.
+    pub heartbeat: AtomicU64,
+    /// Rung (incremented, then futex-woken if the agent sleeps) on every slot change.
+    pub doorbell: AtomicU32,
+    /// 1 while the agent sleeps on `doorbell`: ringers skip the wake syscall otherwise.
+    pub agent_sleeping: AtomicU32,
+}
+
+#[repr(C, align(64))]
+pub struct Slot {
+    pub word: AtomicU64,
+    pub pid: AtomicU32,
+    pub tid: AtomicU32,
+    pub gat: AtomicU64,
+    pub deadline: AtomicU64,
+    pub class: AtomicU32,
+    /// The thread's policy before the job: what the agent restores if it must.
+    pub orig_policy: AtomicI32,
+    pub orig_priority: AtomicI32,
+    /// The generation whose thread the agent is re-prioritising right now (0 = none).
+    pub agent_busy: AtomicU64,
+}
+
+pub fn pack(generation: u64, state: u64) -> u64 {
+    (generation << 8) | state
+}
+
+pub fn unpack(word: u64) -> (u64, u64) {
+    (word >> 8, word & 0xff)
+}
+
+/// A mapped table.
+pub struct Table {
+    base: *mut u8,
+    len: usize,
+    slots: usize,
+    path: PathBuf,
+}
+
+// SAFETY: the mapping is only accessed through atomics.
+unsafe impl Send for Table {}
+unsafe impl Sync for Table {}
+
+/// Bytes of the dirty bitmap for `slots` slots: whole cache lines.
+fn bitmap_len(slots: usize) -> usize {
+    slots.div_ceil(512) * 64
+}
+
+fn slots_offset(slots: usize) -> usize {
+    std::mem::size_of::<Header>() + bitmap_len(slots)
+}
+
+fn table_len(slots: usize) -> usize {
+    slots_offset(slots) + slots * std::mem::size_of::<Slot>()
+}
+
+fn io_err(path: &Path, what: &str, e: io::Error) -> crate::RuntimeError {
+    crate::RuntimeError::Io { what: format!("{}: {what}", path.display()), source: e }
+}
+
+impl Table {
+    fn map(path: &Path, file: &std::fs::File, len: usize) -> Result<*mut u8, crate::RuntimeError> {
+        // SAFETY: mapping a file we hold open, shared, read-write, at a kernel-chosen address.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io_err(path, "mmap", io::Error::last_os_error()));
+        }
+        Ok(ptr as *mut u8)
+    }
+
+    /// Creates (or truncates and recreates) the table with `slots` free slots; the
+    /// header is left in [`AGENT_STARTING`].
+    pub fn create(path: &Path, slots: u32) -> Result<Table, crate::RuntimeError> {
+        let slots_n = slots.max(1) as usize;
+        let len = table_len(slots_n);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| io_err(path, "create", e))?;
+        file.set_len(len as u64).map_err(|e| io_err(path, "set_len", e))?;
+        let base = Table::map(path, &file, len)?;
+        let table = Table { base, len, slots: slots_n, path: path.to_path_buf() };
+        let h = table.header();
+        h.version.store(VERSION, Ordering::Relaxed);
+        h.slots.store(slots, Ordering::Relaxed);
+        h.agent_state.store(AGENT_STARTING, Ordering::Relaxed);
+        // The magic last: a reader that sees it sees a complete header.
+        h.magic.store(MAGIC, Ordering::Release);
+        Ok(table)
+    }
+
+    /// Opens an existing table, checking magic, version and size.
+    pub fn open(path: &Path) -> Result<Table, crate::RuntimeError> {
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| {
+            if e.kind() == io::ErrorKind::NotFound {
+                crate::RuntimeError::Unsupported(format!(
+                    "{}: no agent table. Fix: start the node agent first: `tailor agent --table {}`",
+                    path.display(),
+                    path.display()
+                ))
+            } else {
+                io_err(path, "open", e)
+            }
+        })?;
+        let size = file.metadata().map_err(|e| io_err(path, "stat", e))?.len() as usize;
+        let bad = |why: String| {
+            crate::RuntimeError::Unsupported(format!(
+                "{}: not a tailor agent table ({why}). Fix: point `table` at the file `tailor agent --table` created",
+                path.display()
+            ))
+        };
+        if size < std::mem::size_of::<Header>() {
+            return Err(bad(format!("{size} bytes")));
+        }
+        let header_only = Table::map(path, &file, std::mem::size_of::<Header>())?;
+        // SAFETY: the mapping is at least a Header long and page-aligned.
+        let (magic, version, slots) = unsafe {
+            let h = &*(header_only as *const Header);
+            (h.magic.load(Ordering::Acquire), h.version.load(Ordering::Relaxed), h.slots.load(Ordering::Relaxed))
+        };
+        // SAFETY: unmapping what we mapped above.
+        unsafe { libc::munmap(header_only as *mut libc::c_void, std::mem::size_of::<Header>()) };
+        if magic != MAGIC {
+            return Err(bad("bad magic".into()));
+        }
+        if version != VERSION {
+            return Err(bad(format!("version {version}, this build speaks {VERSION}")));
+        }
+        let len = table_len(slots as usize);
+        if size < len {
+            return Err(bad(format!("{size} bytes for {slots} slots")));
+        }
+        let base = Table::map(path, &file, len)?;
+        Ok(Table { base, len, slots: slots as usize, path: path.to_path_buf() })
+    }
+
+    pub fn header(&self) -> &Header {
+        // SAFETY: the mapping starts with a Header and lives as long as `self`.
+        unsafe { &*(self.base as *const Header) }
+    }
+
+    pub fn slot(&self, i: usize) -> &Slot {
+        assert!(i < self.slots);
+        // SAFETY: slot `i` lies inside the mapping (checked above).
+        unsafe { &*(self.base.add(slots_offset(self.slots) + i * std::mem::size_of::<Slot>()) as *const Slot) }
+    }
+
+    /// Number of 64-bit words in the dirty bitmap.
+    pub fn dirty_words(&self) -> usize {
+        self.slots.div_ceil(64)
+    }
+
+    /// Word `w` of the dirty bitmap (bit `b` = slot `64 w + b` changed since the agent looked).
+    pub fn dirty_word(&self, w: usize) -> &AtomicU64 {
+        assert!(w < self.dirty_words());
+        // SAFETY: the bitmap follows the header, 8-byte aligned, inside the mapping.
+        unsafe { &*(self.base.add(std::mem::size_of::<Header>() + w * 8) as *const AtomicU64) }
+    }
+
+    /// Marks slot `i` changed and tells the agent.
+    pub fn changed(&self, i: usize) {
+        self.dirty_word(i / 64).fetch_or(1 << (i % 64), Ordering::SeqCst);
+        self.ring();
+    }
+
+    /// Stores `state` for job `generation` of slot `i`, then waits until the agent is not
+    /// in the middle of re-prioritising that job's thread (see the module doc): after this
+    /// returns, the agent will not touch the thread's policy until it is RUNNABLE again.
+    pub fn leave_runnable(&self, i: usize, generation: u64, state: u64) {
+        let slot = self.slot(i);
+        slot.word.store(pack(generation, state), Ordering::SeqCst);
+        let mut spins = 0u32;
+        while slot.agent_busy.load(Ordering::SeqCst) == generation {
+            // The agent (SCHED_FIFO above every job) holds this for one syscall.
+            spins += 1;
+            if spins < 1_000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+                // An agent killed between announcing and clearing never clears: stop
+                // waiting once it is gone (the watchdog then restores and falls back).
+                if spins.is_multiple_of(1_000) {
+                    let h = self.header();
+                    let pid = h.agent_pid.load(Ordering::Acquire) as i32;
+                    if h.agent_state.load(Ordering::Acquire) != AGENT_RUNNING || !super::sys::process_alive(pid) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Tells the agent something changed.
+    pub fn ring(&self) {
+        let h = self.header();
+        h.doorbell.fetch_add(1, Ordering::SeqCst);
+        if h.agent_sleeping.load(Ordering::SeqCst) != 0 {
+            super::sys::futex_wake(&h.doorbell);
+        }
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what we mapped.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}

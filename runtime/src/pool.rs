@@ -1,0 +1,108 @@
+//! The domain pool: bounded, reused worker threads for `Scheduler::spawn`.
+//!
+//! Async servers must not run CPU-bound handlers on their I/O threads, and
+//! must not create a thread per request either. Workers are created on demand
+//! up to `max_threads`, reused, and retire after `IDLE_RETIRE` without work.
+//! A task is queued only when an idle worker is waiting for it, so the queue
+//! never holds more tasks than there are idle workers: beyond the bound,
+//! `submit` fails at once and the caller sheds the request.
+
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+type Task = Box<dyn FnOnce() + Send>;
+
+const IDLE_RETIRE: Duration = Duration::from_secs(30);
+
+struct State {
+    tasks: VecDeque<Task>,
+    idle: usize,
+    threads: usize,
+}
+
+/// Runs on every new pool thread before its first task.
+pub(crate) type OnStart = Box<dyn Fn() + Send + Sync>;
+
+pub(crate) struct Pool {
+    state: Mutex<State>,
+    on_start: std::sync::OnceLock<OnStart>,
+    work: Condvar,
+    max_threads: usize,
+    name: String,
+}
+
+impl Pool {
+    pub fn new(max_threads: usize, name: String) -> Self {
+        Pool {
+            state: Mutex::new(State { tasks: VecDeque::new(), idle: 0, threads: 0 }),
+            on_start: std::sync::OnceLock::new(),
+            work: Condvar::new(),
+            max_threads: max_threads.max(1),
+            name,
+        }
+    }
+
+    /// Runs `task` on a pool thread, or returns it if every thread is busy and the pool is full.
+    pub fn submit(self: &std::sync::Arc<Self>, task: Task) -> Result<(), Task> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.idle > st.tasks.len() {
+            st.tasks.push_back(task);
+            drop(st);
+            self.work.notify_one();
+            return Ok(());
+        }
+        if st.threads >= self.max_threads {
+            return Err(task);
+        }
+        st.threads += 1;
+        drop(st);
+        let pool = self.clone();
+        let spawned = std::thread::Builder::new().name(self.name.clone()).spawn(move || pool.worker(task));
+        match spawned {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                // Out of threads (ulimit): shed rather than fail the whole process.
+                eprintln!("tailor-runtime: cannot start a pool thread: {e}");
+                self.state.lock().unwrap_or_else(|p| p.into_inner()).threads -= 1;
+                // The task moved into the closure that failed to spawn; it is dropped.
+                Err(Box::new(|| {}))
+            }
+        }
+    }
+
+    /// Sets the hook new threads run first (once; later calls are ignored).
+    pub fn set_on_start(&self, hook: OnStart) {
+        let _ = self.on_start.set(hook);
+    }
+
+    fn worker(&self, first: Task) {
+        if let Some(hook) = self.on_start.get() {
+            hook();
+        }
+        first();
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            st.idle += 1;
+            while st.tasks.is_empty() {
+                let (guard, timeout) = self.work.wait_timeout(st, IDLE_RETIRE).unwrap_or_else(|p| p.into_inner());
+                st = guard;
+                if timeout.timed_out() && st.tasks.is_empty() {
+                    st.idle -= 1;
+                    st.threads -= 1;
+                    return;
+                }
+            }
+            let task = st.tasks.pop_front().expect("non-empty");
+            st.idle -= 1;
+            drop(st);
+            task();
+            st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Threads alive (busy or idle).
+    pub fn threads(&self) -> usize {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).threads
+    }
+}
