@@ -242,13 +242,6 @@ impl Agent {
             }
             tiers.push(TierPlan { name: t.name.clone(), kind: t.kind, dirs, sched_idle, rt_band_priority, mechanisms });
         }
-        if config.gat_domain.is_some() {
-            warnings.push(
-                "[gat_domain]: the runtime's kernel-enforced scheduler (tailor_runtime::kernel) is not available \
-                 in this build; the critical tier gets its RT budget, but no band scheduler is started"
-                    .into(),
-            );
-        }
         // SAFETY: getpid/getppid have no preconditions.
         let exclude = unsafe { [libc::getpid() as u32, libc::getppid() as u32] }.into_iter().collect();
         Ok(Agent {

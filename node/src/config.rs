@@ -40,7 +40,7 @@ pub struct NodeConfig {
     /// Tiers, in match order: a process goes to the first tier that matches it.
     #[serde(rename = "tier", default)]
     pub tiers: Vec<TierConfig>,
-    /// The runtime's node-wide kernel-enforced scheduler for the GAT domain (not yet available).
+    /// Host the runtime's node-wide kernel-enforced scheduler for this tier.
     #[serde(default)]
     pub gat_domain: Option<GatDomainConfig>,
 }
@@ -104,12 +104,32 @@ pub struct MatchConfig {
     pub pid: Vec<u32>,
 }
 
-/// Placeholder for hosting the runtime's kernel-enforced scheduler.
+/// The runtime's node-wide kernel-enforced scheduler, hosted by the node agent
+/// (`tailor_runtime::kernel::run_agent` on a thread of the agent process). Services on
+/// the node register their request threads in `table` (their runtime config:
+/// `{"kind":"kernel","table":"<table>"}`); one `policy` orders them all by GAT.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatDomainConfig {
-    /// The tier whose processes form the GAT domain.
+    /// The critical tier whose processes form the GAT domain. The node agent places
+    /// them but leaves their threads' scheduling policies to the runtime's scheduler.
     pub tier: String,
+    /// The shared-memory registration table.
+    #[serde(default = "default_gat_table")]
+    pub table: PathBuf,
+    /// The node-wide policy (default `orf`, c = 6, 500 µs slice: docs/runtime.md).
+    #[serde(default = "default_gat_policy")]
+    pub policy: tailor_core::PolicySpec,
+    /// CPUs the policy schedules (default: every CPU this agent may use).
+    #[serde(default)]
+    pub cpus: Option<usize>,
+}
+
+fn default_gat_table() -> PathBuf {
+    PathBuf::from("/dev/shm/tailor-sched")
+}
+fn default_gat_policy() -> tailor_core::PolicySpec {
+    tailor_core::PolicySpec::Orf { c: 6, slice_us: 500.0 }
 }
 
 fn default_state_dir() -> PathBuf {
@@ -213,7 +233,17 @@ impl NodeConfig {
                 Some(t) if t.kind != TierKind::Critical => {
                     errors.push(format!("gat_domain.tier {:?} must be a critical tier", g.tier))
                 }
+                Some(t) if t.rt_priority.is_some() || t.sched_idle == Some(true) => errors.push(format!(
+                    "tier {:?}: remove `rt_priority`/`sched_idle`: it is the GAT domain, whose threads' policies the runtime's scheduler sets",
+                    g.tier
+                )),
                 Some(_) => {}
+            }
+            if let Err(e) = g.policy.validate() {
+                errors.push(format!("gat_domain.policy: {e}"));
+            }
+            if g.cpus == Some(0) {
+                errors.push("gat_domain.cpus = 0: give at least 1 (or omit it for every CPU)".into());
             }
         }
         errors

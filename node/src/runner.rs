@@ -51,8 +51,10 @@ pub fn run(config: NodeConfig, heartbeat: bool) -> Result<(), NodeError> {
     std::fs::create_dir_all(&state_dir).map_err(|e| NodeError::io(&state_dir, e))?;
     let interval = Duration::from_millis(config.reconcile_interval_ms);
     let window_len = Duration::from_millis(config.window_ms);
+    let gat_domain = config.gat_domain.clone();
     let mut agent = Agent::new(config, Capabilities::probe())?;
     eprint!("{}", agent.describe());
+    let scheduler = gat_domain.map(GatScheduler::start);
     let pid_file = agent_pid_file(&state_dir);
     std::fs::write(&pid_file, std::process::id().to_string()).map_err(|e| NodeError::io(&pid_file, e))?;
     let windows_path = state_dir.join("windows.jsonl");
@@ -107,6 +109,8 @@ pub fn run(config: NodeConfig, heartbeat: bool) -> Result<(), NodeError> {
             std::thread::sleep((next - Instant::now()).min(Duration::from_millis(20)));
         }
     }
+    // The scheduler first: it puts every GAT-domain thread back before the tiers go.
+    drop(scheduler);
     let report = agent.safe_mode()?;
     eprintln!("tailor-node: stopping: restored {} journal entries ({} errors)", report.entries, report.errors.len());
     for e in &report.errors {
@@ -114,6 +118,57 @@ pub fn run(config: NodeConfig, heartbeat: bool) -> Result<(), NodeError> {
     }
     let _ = std::fs::remove_file(&pid_file);
     Ok(())
+}
+
+/// The runtime's node-wide scheduler on a thread of the node agent (`[gat_domain]`).
+/// Dropping it stops the scheduler, which restores every registered thread.
+struct GatScheduler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl GatScheduler {
+    fn start(g: crate::config::GatDomainConfig) -> GatScheduler {
+        let cfg = tailor_runtime::kernel::AgentConfig {
+            table: g.table.clone(),
+            policy: g.policy.clone(),
+            cpus: g.cpus.unwrap_or_else(tailor_runtime::available_cpus),
+            slots: 1024,
+            verbose: false,
+        };
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("tailor-gat-sched".into())
+            .spawn(move || {
+                eprintln!(
+                    "tailor-node: [gat_domain] tier {:?}: node-wide scheduler on {} ({} CPUs, policy {:?})",
+                    g.tier,
+                    cfg.table.display(),
+                    cfg.cpus,
+                    cfg.policy
+                );
+                match tailor_runtime::kernel::run_agent(&cfg, &flag) {
+                    Ok(r) => eprintln!(
+                        "tailor-node: [gat_domain] scheduler stopped: {} jobs, {} promotions, {} errors",
+                        r.arrivals, r.promotions, r.errors
+                    ),
+                    // Tiers keep working without it; services fall back to cooperative.
+                    Err(e) => eprintln!("tailor-node: [gat_domain] scheduler not running: {e}"),
+                }
+            })
+            .ok();
+        GatScheduler { stop, thread }
+    }
+}
+
+impl Drop for GatScheduler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 fn append_line(path: &Path, line: &str) {
