@@ -13,7 +13,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use tailor_core::tailguard::AdmissionController;
 use tailor_core::time::NEVER;
-use tailor_core::{AnyPolicy, Job, JobId, Nanos, Policy, Rng};
+use tailor_core::{AnyPolicy, Job, JobId, Nanos, Policy, PolicySpec, Rng};
 
 use crate::metrics::Recorder;
 use crate::model::{ArrivalModel, Fanout, Model};
@@ -255,8 +255,77 @@ pub struct RunStats {
 }
 
 /// Runs one simulation of `model` to completion of its measured requests.
+///
+/// Scenarios where [`lone_path_applies`] take the lone-request path (same
+/// events, same draws, same results; see [`run_with`]). Not inlined, so that
+/// profilers can count the instructions inside it (`benches/sim_speed.sh --callgrind`).
+#[inline(never)]
 pub fn run(model: &Model) -> (Recorder, RunStats) {
-    Engine::new(model).run()
+    run_with(model, Path::Auto)
+}
+
+/// Which code path [`run_with`] takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// The lone-request path when [`lone_path_applies`], else the general one.
+    Auto,
+    /// Always the general path (chains, fork-join, DAGs, gates, network, noise).
+    General,
+}
+
+/// Like [`run`], choosing the code path. Both paths give identical results on
+/// every scenario the lone-request path accepts (`sim/tests/lone_path.rs`).
+pub fn run_with(model: &Model, path: Path) -> (Recorder, RunStats) {
+    let engine = Engine::new(model);
+    if path == Path::Auto && lone_path_applies(model) {
+        engine.run_lone()
+    } else {
+        engine.run()
+    }
+}
+
+/// The scenario is one stage on one single-instance service with one node, a
+/// fanout of one, a non-preemptive queue policy (`fifo`, `gfifo`, `edf`,
+/// `priq`, `lifo`, `random`), no gate, no network delay, no OS noise and no
+/// in-flight cap: each request is exactly one task on one node (M/M/c, M/G/1,
+/// Cobham's priority queue...). Such a run needs no activation or task record
+/// and no event heap; [`run`] takes a path that keeps none, drives the same
+/// policy object through the same `Policy` calls in the same order, and gives
+/// the same results as the general path.
+pub fn lone_path_applies(m: &Model) -> bool {
+    let [stage] = m.roots[..] else { return false };
+    let st = &m.stages[stage];
+    let svc = &m.services[st.service];
+    let queue = m.nodes.len() == 1
+        && matches!(
+            m.nodes[0].policy,
+            PolicySpec::Fifo
+                | PolicySpec::Gfifo
+                | PolicySpec::Edf
+                | PolicySpec::Priq
+                | PolicySpec::Lifo
+                | PolicySpec::Random { .. }
+        );
+    queue
+        && st.next.is_empty()
+        && st.choose.is_empty()
+        && matches!(st.fanout, Fanout::Fixed(1))
+        && svc.instances == 1
+        && svc.admit.is_none()
+        && m.network.is_none()
+        && m.noise.is_none()
+        && m.in_flight_cap.is_none()
+}
+
+/// A request of the lone-request path: its own (only) task.
+#[derive(Clone, Copy)]
+struct Lone {
+    gat: Nanos,
+    /// CPU demand; a non-preemptive task runs it in one go.
+    demand: Nanos,
+    deadline: Nanos,
+    class: u8,
+    measured: bool,
 }
 
 struct Engine<'m> {
@@ -423,6 +492,137 @@ impl<'m> Engine<'m> {
                 }
             }
             self.stats.events += 1;
+        }
+        self.stats.end_time = self.now;
+        self.stats.arrivals = self.arrivals.next_index;
+        (self.rec, self.stats)
+    }
+
+    /// The lone-request path (see [`lone_path_applies`]): the general loop
+    /// specialised to one node whose only events are arrivals and the node's
+    /// timer. Every step mirrors the general path's (same draws in the same
+    /// order, same sequence numbers, so the same tie-breaks); only the
+    /// request / activation / task records and the event heap are gone. Debug
+    /// builds check after every event that the node is as the general path's
+    /// full diff would leave it.
+    fn run_lone(mut self) -> (Recorder, RunStats) {
+        let m = self.m;
+        let stage = m.roots[0];
+        let svc = &m.services[m.stages[stage].service];
+        let node = svc.first_node;
+        debug_assert_eq!(node, 0);
+        let service_time = &svc.service_time;
+        let mut lone: Slab<Lone> = Slab::new();
+        // The node's timer (time, seq), as `NodeTimers` keeps it.
+        let mut timer: (Nanos, u64) = (NEVER, 0);
+        // CPUs with no task: the arrival scan for the idle CPU is skipped when 0.
+        let mut idle = self.nodes[node].cpus.len();
+        self.schedule_arrival(0);
+        while self.measured_left > 0 {
+            if self.next_arrival < timer {
+                debug_assert!(self.next_arrival.0 >= self.now, "time went backwards");
+                let now = self.next_arrival.0;
+                self.now = now;
+                self.stats.events += 1;
+                // As `on_arrival`, `start` and `activate` for a fanout of one on
+                // a single instance with no network delay.
+                let index = self.arrivals.next_index;
+                self.arrivals.next_index += 1;
+                let gap = self.arrivals.next_gap();
+                self.schedule_arrival(now + gap);
+                let mut rng = Rng::derive(m.seed, STREAM_REQUEST + index);
+                let class = if m.classes.len() == 1 {
+                    0
+                } else {
+                    let u = rng.next_f64();
+                    m.classes.iter().position(|c| u < c.cumulative_weight).unwrap_or(m.classes.len() - 1) as u8
+                };
+                let measured = self.measured.contains(&index);
+                if let Some(ac) = &mut self.admission {
+                    if !ac.admit(now) {
+                        if measured {
+                            self.rec.rejected(class);
+                            self.measured_left -= 1;
+                        }
+                        continue;
+                    }
+                }
+                if measured {
+                    self.rec.admitted();
+                }
+                let deadline = match m.budgets.get(class, stage, 1) {
+                    Some(b) => now.saturating_add(b),
+                    None => NEVER,
+                };
+                let demand = service_time.sample_ns(&mut rng);
+                let id = lone.insert(Lone { gat: now, demand, deadline, class, measured });
+                let job = Job { id: id as JobId, gat: now, deadline, class };
+                let n = &mut self.nodes[node];
+                if idle == 0 {
+                    n.policy.arrive(now, job);
+                } else {
+                    // A queue fills the lowest idle CPU (`NonPreemptive` documents it).
+                    let cpu = n.cpus.iter().position(|c| c.task.is_none()).expect("an idle CPU");
+                    n.policy.arrive(now, job);
+                    debug_assert_eq!(n.policy.running()[cpu], Some(id as JobId), "the queue did not fill the idle CPU");
+                    idle -= 1;
+                    let done = lone_dispatch(&lone, id, now, &mut self.rec, &mut self.admission);
+                    let c = &mut n.cpus[cpu];
+                    c.task = Some(id as JobId);
+                    c.since = now;
+                    c.done_at = done;
+                    if done < timer.0 {
+                        self.seq += 1;
+                        timer = (done, self.seq);
+                    }
+                }
+            } else {
+                let now = timer.0;
+                if now == NEVER {
+                    break; // nothing pending anywhere
+                }
+                debug_assert!(now >= self.now, "time went backwards");
+                self.now = now;
+                self.stats.events += 1;
+                // As `on_node_timer`, `on_complete`, `sync_cpu`, `finish_activation`
+                // and `on_respond`: the lowest CPU due completes.
+                let n = &mut self.nodes[node];
+                let cpu = n.cpus.iter().position(|c| c.done_at <= now).expect("a node timer fired with nothing due");
+                let id = n.cpus[cpu].task.take().expect("completion on a busy CPU");
+                n.cpus[cpu].done_at = NEVER;
+                n.policy.complete(now, id);
+                // A non-preemptive queue refills only the CPU the job left.
+                match n.policy.running()[cpu] {
+                    Some(next) => {
+                        let done = lone_dispatch(&lone, next as u32, now, &mut self.rec, &mut self.admission);
+                        let c = &mut n.cpus[cpu];
+                        c.task = Some(next);
+                        c.since = now;
+                        c.done_at = done;
+                    }
+                    None => idle += 1,
+                }
+                let next = n.cpus.iter().fold(NEVER, |t, c| t.min(c.done_at));
+                if next != timer.0 {
+                    self.seq += 1;
+                    timer = (next, self.seq);
+                }
+                let r = lone.remove(id as u32);
+                if r.measured {
+                    self.rec.record(r.gat, now, r.gat + r.demand, r.class, 1, r.demand);
+                    self.measured_left -= 1;
+                }
+            }
+            #[cfg(debug_assertions)]
+            {
+                let n = &self.nodes[node];
+                let applied: Vec<Option<JobId>> = n.cpus.iter().map(|c| c.task).collect();
+                assert_eq!(applied.as_slice(), n.policy.running(), "lone path: a CPU change was missed");
+                assert_eq!(n.policy.next_tick(), None, "lone path: a queue policy asked for a tick");
+                assert_eq!(idle, applied.iter().filter(|t| t.is_none()).count(), "lone path: idle count");
+                let next = n.cpus.iter().fold(NEVER, |t, c| t.min(c.done_at));
+                assert_eq!(timer.0, next, "lone path: timer out of date");
+            }
         }
         self.stats.end_time = self.now;
         self.stats.arrivals = self.arrivals.next_index;
@@ -828,6 +1028,27 @@ impl<'m> Engine<'m> {
             self.timers.set(node, next, self.seq);
         }
     }
+}
+
+/// `dispatch` for the lone-request path: a task that was never preempted
+/// gets a CPU for the first time. Returns when it completes.
+#[inline]
+fn lone_dispatch(
+    lone: &Slab<Lone>,
+    id: u32,
+    now: Nanos,
+    rec: &mut Recorder,
+    admission: &mut Option<AdmissionController>,
+) -> Nanos {
+    let r = lone.get(id);
+    let missed = now > r.deadline;
+    if r.measured {
+        rec.task_dequeued(missed);
+    }
+    if let Some(ac) = admission {
+        ac.record_task(now, missed);
+    }
+    now + r.demand
 }
 
 /// A task gets a CPU: pays the context switch if it was preempted, counts its
