@@ -46,9 +46,11 @@ pub struct DemoArgs {
     /// Output directory (report.md, demo.json, per-run JSON/CSV/.hgrm, plots, logs).
     #[arg(long, default_value = "target/tailor-demo")]
     out: PathBuf,
-    /// ORF's c (both the cooperative and the kernel-enforced mode).
-    #[arg(long, default_value_t = 6)]
-    orf_c: usize,
+    /// ORF's c (both the cooperative and the kernel-enforced mode). Default: --cores, i.e.
+    /// global FCFS by GAT where an older request preempts the youngest running one; the
+    /// simulator ranks it above c = 6 on every demo workload (docs/demo.md, "Choosing c").
+    #[arg(long)]
+    orf_c: Option<usize>,
     /// Time slice of the kernel-enforced modes, µs.
     #[arg(long, default_value_t = 500.0)]
     slice_us: f64,
@@ -108,12 +110,13 @@ pub fn main(args: DemoArgs) -> Result<(), String> {
     if !(args.timeout_s > 0.0 && args.timeout_s.is_finite()) {
         return Err(format!("--timeout-s {}: give a positive number of seconds", args.timeout_s));
     }
+    let cores = args.cores.unwrap_or_else(tailor_runtime::available_cpus);
     let mut cfg = DemoConfig {
         exe,
         tier_args: vec!["demo".into(), "tier".into()],
         agent_args: vec!["agent".into()],
         tiers: args.tiers,
-        cores: args.cores.unwrap_or_else(tailor_runtime::available_cpus),
+        cores,
         mean_ms: args.mean_ms,
         workloads,
         loads: args.loads,
@@ -122,7 +125,7 @@ pub fn main(args: DemoArgs) -> Result<(), String> {
         warmup: args.warmup,
         seed: args.seed,
         out: args.out,
-        orf_c: args.orf_c,
+        orf_c: args.orf_c.unwrap_or(cores),
         slice_us: args.slice_us,
         trace: args.trace,
         timeout: Duration::from_secs_f64(args.timeout_s),

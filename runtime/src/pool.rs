@@ -23,10 +23,18 @@ struct State {
 
 /// Runs on every new pool thread before its first task.
 pub(crate) type OnStart = Box<dyn Fn() + Send + Sync>;
+/// Runs on the spawning thread right after it created a pool thread, before that
+/// thread's [`OnStart`] (which waits for it): a thread that cannot get a CPU yet can
+/// still be given one from outside.
+pub(crate) type OnSpawn = Box<dyn Fn(&std::thread::JoinHandle<()>) + Send + Sync>;
 
 pub(crate) struct Pool {
     state: Mutex<State>,
     on_start: std::sync::OnceLock<OnStart>,
+    on_spawn: std::sync::OnceLock<OnSpawn>,
+    /// Held across a spawn and its `on_spawn`; a new thread takes it before `on_start`,
+    /// so it sees what its spawner did for it.
+    spawning: Mutex<()>,
     work: Condvar,
     max_threads: usize,
     name: String,
@@ -37,6 +45,8 @@ impl Pool {
         Pool {
             state: Mutex::new(State { tasks: VecDeque::new(), idle: 0, threads: 0 }),
             on_start: std::sync::OnceLock::new(),
+            on_spawn: std::sync::OnceLock::new(),
+            spawning: Mutex::new(()),
             work: Condvar::new(),
             max_threads: max_threads.max(1),
             name,
@@ -58,7 +68,12 @@ impl Pool {
         st.threads += 1;
         drop(st);
         let pool = self.clone();
+        let gate = self.spawning.lock().unwrap_or_else(|p| p.into_inner());
         let spawned = std::thread::Builder::new().name(self.name.clone()).spawn(move || pool.worker(task));
+        if let (Ok(handle), Some(hook)) = (&spawned, self.on_spawn.get()) {
+            hook(handle);
+        }
+        drop(gate);
         match spawned {
             Ok(_) => Ok(()),
             Err(e) => {
@@ -76,7 +91,13 @@ impl Pool {
         let _ = self.on_start.set(hook);
     }
 
+    /// Sets the hook the spawning thread runs on each new thread (once; later calls are ignored).
+    pub fn set_on_spawn(&self, hook: OnSpawn) {
+        let _ = self.on_spawn.set(hook);
+    }
+
     fn worker(&self, first: Task) {
+        drop(self.spawning.lock().unwrap_or_else(|p| p.into_inner()));
         if let Some(hook) = self.on_start.get() {
             hook();
         }

@@ -106,11 +106,24 @@ impl Scheduler {
         if let Backend::Kernel(k) = &inner.backend {
             k.start_watchdog(Arc::downgrade(&inner));
             // Pool threads take new jobs from above the band (see `kernel`), so a new,
-            // possibly older, request gets registered while the band is saturated.
+            // possibly older, request gets registered while the band is saturated; the
+            // spawner raises a new thread before it first runs, for the same reason.
+            let weak = Arc::downgrade(&inner);
+            inner.pool.set_on_spawn(Box::new(move |handle| {
+                if let Some(inner) = weak.upgrade() {
+                    if let Backend::Kernel(k) = &inner.backend {
+                        k.pool_thread_spawned(handle);
+                    }
+                }
+            }));
             let weak = Arc::downgrade(&inner);
             inner.pool.set_on_start(Box::new(move || {
                 if let Some(inner) = weak.upgrade() {
-                    let _ = Scheduler { inner }.io_thread_started();
+                    if let Backend::Kernel(k) = &inner.backend {
+                        if let Err(e) = k.pool_thread_started() {
+                            eprintln!("tailor-runtime: pool thread stays below the band: {e}");
+                        }
+                    }
                 }
             }));
         }

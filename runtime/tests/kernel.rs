@@ -374,3 +374,71 @@ fn thousands_of_short_jobs_leave_no_priority_behind() {
     assert!(report.promotions > 0, "the agent did promote jobs: {report:?}");
     eprintln!("tight loop: {stats:?}\n  agent {report:?}");
 }
+
+/// A pool thread created while the band saturates its CPU must be able to register at
+/// once. Its spawner is an I/O thread (SCHED_FIFO above the band, reset on fork), so
+/// the new thread starts at SCHED_OTHER; before the spawner raised it, it waited for
+/// the band to drain (100-400 ms latency spikes whenever the pool grew in `tailor demo`).
+#[test]
+fn a_pool_thread_spawned_under_a_saturated_band_registers_at_once() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    require_kernel!();
+    let Some(_off_cpu0) = OffCpu0::new() else {
+        eprintln!("SKIPPED: needs at least 2 CPUs (one for the band, one for the test's own threads)");
+        return;
+    };
+    let path = table_path("spawn");
+    let _file = TableFile(path.clone());
+    let agent = InProcessAgent::start(agent_config(&path, PolicySpec::Gfifo));
+    let sched = scheduler(BackendSpec::kernel(&path));
+
+    // Stands for band jobs holding CPU 0: SCHED_FIFO at the band's priority for 500 ms.
+    const HOG_MS: u64 = 500;
+    let (hog_tx, hog_rx) = mpsc::channel();
+    let hog = std::thread::spawn(move || {
+        let before = sys::get_policy(0).unwrap();
+        sys::set_policy(0, ThreadPolicy::fifo(BAND_PRIORITY)).unwrap();
+        pin_to_cpu0();
+        hog_tx.send(()).unwrap();
+        cpu::burn_cpu(HOG_MS * 1_000_000);
+        sys::set_policy(0, before).unwrap();
+    });
+    hog_rx.recv_timeout(Duration::from_secs(10)).expect("the hog starts");
+
+    // An I/O thread on CPU 0 hands a request to the pool, which has no thread yet.
+    let (spawned_tx, spawned_rx) = mpsc::channel();
+    let spawner = {
+        let sched = sched.clone();
+        std::thread::spawn(move || {
+            sched.io_thread_started().unwrap();
+            pin_to_cpu0();
+            let done = sched.spawn(Context::stamped(1_000), |_| sys::get_policy(0).unwrap());
+            spawned_tx.send(Instant::now()).unwrap();
+            sched.io_thread_stopped();
+            done
+        })
+    };
+    let spawned_at = spawned_rx.recv_timeout(Duration::from_secs(10)).expect("the spawner runs");
+    while sched.stats().admitted == 0 && spawned_at.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let registered_after = spawned_at.elapsed();
+    let done = spawner.join().unwrap();
+    let job_policy = tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(done).unwrap();
+    hog.join().unwrap();
+    let stats = sched.stats();
+    let report = agent.stop();
+    eprintln!(
+        "pool thread registered {registered_after:?} after the spawn (hog {HOG_MS} ms); job ran at {job_policy:?}"
+    );
+    assert!(
+        registered_after < Duration::from_millis(HOG_MS / 5),
+        "the new pool thread waited {registered_after:?} for the band to drain before it could register; {report:?}"
+    );
+    assert_eq!(
+        job_policy.base(),
+        libc::SCHED_FIFO,
+        "the job ran at an RT level (the band, or the pool level the agent had not yet changed)"
+    );
+    assert_eq!((stats.admitted, stats.completed, stats.errors, stats.fallbacks), (1, 1, 0, 0), "{stats:?}");
+}

@@ -68,6 +68,9 @@ pub(crate) struct KernelBackend {
     job_threads: Mutex<HashMap<i32, ThreadPolicy>>,
     /// I/O threads raised above the band, with their original policy.
     io_threads: Mutex<HashMap<i32, ThreadPolicy>>,
+    /// Pool threads raised by their spawner before they first ran, keyed by pthread
+    /// handle, with the policy they would have started with.
+    spawned: Mutex<HashMap<libc::pthread_t, ThreadPolicy>>,
     watchdog: Duration,
     next_slot: AtomicUsize,
     description: String,
@@ -129,6 +132,7 @@ impl KernelBackend {
             fell_back: AtomicBool::new(false),
             job_threads: Mutex::new(HashMap::new()),
             io_threads: Mutex::new(HashMap::new()),
+            spawned: Mutex::new(HashMap::new()),
             watchdog: Duration::from_millis(*watchdog_ms),
             next_slot: AtomicUsize::new(0),
             description,
@@ -229,10 +233,52 @@ impl KernelBackend {
     }
 
     pub fn io_thread_started(&self) -> Result<(), RuntimeError> {
+        self.raise_io_thread(None)
+    }
+
+    /// A domain-pool thread was just created by the calling thread: raise it above the
+    /// band now, before it runs. Created by an I/O thread (SCHED_FIFO, reset on fork) it
+    /// starts at SCHED_OTHER, and while the band and the I/O threads keep both CPUs busy
+    /// it would wait (for the band to drain, or for the kernel's fair-class reserve) before
+    /// it could raise itself: measured as 100-400 ms latency spikes whenever the pool grew
+    /// under load in `tailor demo`.
+    pub fn pool_thread_spawned(&self, handle: &std::thread::JoinHandle<()>) {
+        use std::os::unix::thread::JoinHandleExt;
+        if self.fell_back() {
+            return;
+        }
+        let Ok(spawner) = sys::get_policy(0) else { return };
+        let thread = handle.as_pthread_t();
+        if sys::set_pthread_policy(thread, ThreadPolicy::fifo(IO_PRIORITY)).is_ok() {
+            lock(&self.spawned).insert(thread, spawner.inherited_by_child());
+        }
+    }
+
+    /// First thing a domain-pool thread does: above the band, remembering the policy it
+    /// started with (before its spawner raised it) for the restore.
+    pub fn pool_thread_started(&self) -> Result<(), RuntimeError> {
+        // SAFETY: pthread_self has no preconditions.
+        let natural = lock(&self.spawned).remove(&unsafe { libc::pthread_self() });
+        if self.fell_back() {
+            // Raised by the spawner after the watchdog restored everything: undo that.
+            if let Some(n) = natural {
+                let _ = sys::set_policy(0, n);
+            }
+            return Ok(());
+        }
+        self.raise_io_thread(natural)
+    }
+
+    fn raise_io_thread(&self, natural: Option<ThreadPolicy>) -> Result<(), RuntimeError> {
         if self.fell_back() {
             return Ok(());
         }
-        let orig = sys::get_policy(0).map_err(|e| RuntimeError::Io { what: "sched_getscheduler".into(), source: e })?;
+        let orig = match natural {
+            Some(p) => p,
+            None => {
+                sys::get_policy(0).map_err(|e| RuntimeError::Io { what: "sched_getscheduler".into(), source: e })?
+            }
+        };
         sys::set_policy(0, ThreadPolicy::fifo(IO_PRIORITY))
             .map_err(|e| RuntimeError::Io { what: format!("I/O thread to SCHED_FIFO/{IO_PRIORITY}"), source: e })?;
         lock(&self.io_threads).insert(sys::gettid(), orig);
@@ -240,7 +286,10 @@ impl KernelBackend {
     }
 
     pub fn io_thread_stopped(&self) {
-        if let Some(orig) = lock(&self.io_threads).remove(&sys::gettid()) {
+        // Release the lock before the policy change: once below the band this thread may
+        // not run again for a while, and a new pool thread needs the lock to start.
+        let orig = lock(&self.io_threads).remove(&sys::gettid());
+        if let Some(orig) = orig {
             let _ = sys::set_policy(0, orig);
         }
     }

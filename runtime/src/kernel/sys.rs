@@ -26,6 +26,17 @@ impl ThreadPolicy {
         ThreadPolicy { policy: libc::SCHED_FIFO | SCHED_RESET_ON_FORK, priority }
     }
 
+    /// What a thread created by a thread with this policy starts with: the same, except
+    /// that an RT policy with [`SCHED_RESET_ON_FORK`] gives SCHED_OTHER.
+    pub fn inherited_by_child(&self) -> ThreadPolicy {
+        let rt = matches!(self.base(), libc::SCHED_FIFO | libc::SCHED_RR);
+        if rt && self.policy & SCHED_RESET_ON_FORK != 0 {
+            ThreadPolicy { policy: libc::SCHED_OTHER, priority: 0 }
+        } else {
+            *self
+        }
+    }
+
     /// The policy without flags, e.g. `libc::SCHED_FIFO`.
     pub fn base(&self) -> i32 {
         self.policy & !SCHED_RESET_ON_FORK
@@ -80,6 +91,19 @@ pub fn get_policy(tid: i32) -> io::Result<ThreadPolicy> {
     }
     let reset = if attr.sched_flags & SCHED_FLAG_RESET_ON_FORK != 0 { SCHED_RESET_ON_FORK } else { 0 };
     Ok(ThreadPolicy { policy: attr.sched_policy as i32 | reset, priority: attr.sched_priority as i32 })
+}
+
+/// Sets the policy of a thread of this process by its pthread handle: works on a thread
+/// that was just created and has not run yet (its kernel id is not known to us). glibc
+/// rejects the reset-on-fork flag here, so it is dropped: the thread adds it itself.
+pub fn set_pthread_policy(thread: libc::pthread_t, p: ThreadPolicy) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: p.priority };
+    // SAFETY: `thread` is a live thread of this process (its JoinHandle is held by the
+    // caller) and `param` lives across the call.
+    match unsafe { libc::pthread_setschedparam(thread, p.base(), &param) } {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
 }
 
 /// Sets the policy of thread `tid` (0 = the calling thread).
