@@ -26,10 +26,10 @@ enum FanoutCommand {
 #[derive(Args)]
 struct DemoArgs {
     /// Two-class configuration (its schemes, fan-outs, SLOs, search).
-    #[arg(long, default_value = "fanout/configs/masstree-two-class.toml")]
+    #[arg(long, default_value = "fanout/configs/tailguard-n100-two-class.toml")]
     config: PathBuf,
     /// Single-class configuration, run after the two-class one (`none` to skip).
-    #[arg(long, default_value = "fanout/configs/masstree-one-class.toml")]
+    #[arg(long, default_value = "fanout/configs/tailguard-n100-one-class.toml")]
     one_class: PathBuf,
     /// Short probes and a coarse search (about a minute; for tests).
     #[arg(long)]
@@ -47,7 +47,7 @@ struct DemoArgs {
 
 #[derive(Args)]
 struct CalibrateArgs {
-    #[arg(long, default_value = "fanout/configs/masstree-two-class.toml")]
+    #[arg(long, default_value = "fanout/configs/tailguard-n100-two-class.toml")]
     config: PathBuf,
     /// Max load of TF-EDFQ without admission [default: search for it first].
     #[arg(long)]
@@ -90,7 +90,16 @@ fn run_demo(a: DemoArgs) -> Result<(), String> {
         out += &demo::format_table(&one, &r1);
     }
     if !a.no_admission {
-        let tf = results.iter().find(|r| r.scheme == Scheme::TfEdfq).map(|r| r.real_max_load).unwrap_or(0.0);
+        let mut tf = results.iter().find(|r| r.scheme == Scheme::TfEdfq).map(|r| r.real_max_load).unwrap_or(0.0);
+        let adm = two.for_admission();
+        if adm.cfg.queuing != two.cfg.queuing {
+            // The overload check runs with other queuing: its own max load first.
+            eprintln!("admission runs with {:?} queuing: TF-EDFQ's max load there first", adm.cfg.queuing);
+            let mut lq = adm.clone();
+            lq.cfg.schemes = vec![Scheme::TfEdfq];
+            tf = demo::run_schemes(&lq, pace, false, log).map_err(|e| e.to_string())?[0].real_max_load;
+            out += &format!("\nTF-EDFQ max load with {:?} queuing (for admission): {tf:.3}\n", adm.cfg.queuing);
+        }
         if tf <= 0.0 {
             out += "\nadmission: skipped, TF-EDFQ met no SLO in the search range\n";
         } else {
@@ -103,7 +112,14 @@ fn run_demo(a: DemoArgs) -> Result<(), String> {
                 }
             };
             out += &format!(
-                "\nadmission control, TF-EDFQ at {overload}× its max load {tf:.3}\n\n| R_th | offered | accepted | accepted / max | rejected | per-class p99 / SLO (ms) | holds |\n|---:|---:|---:|---:|---:|---|---|\n"
+                "\nadmission control, TF-EDFQ, {:?} queuing{}, at {overload}× its max load {tf:.3}\n\n| R_th | offered | accepted | accepted / max | rejected | per-class p99 / SLO (ms) | holds |\n|---:|---:|---:|---:|---:|---|---|\n",
+                adm.cfg.queuing,
+                match two.cfg.admission.as_ref().map(|x| (x.predict, x.proportional)) {
+                    Some((true, true)) => ", predicted misses, proportional admission",
+                    Some((true, false)) => ", predicted misses",
+                    Some((false, true)) => ", proportional admission",
+                    _ => "",
+                }
             );
             for x in &r {
                 out += &format!(
@@ -129,7 +145,7 @@ fn run_calibrate(a: CalibrateArgs) -> Result<(), String> {
     let max = match a.max_load {
         Some(m) => m,
         None => {
-            let mut lq = l.clone();
+            let mut lq = l.for_admission();
             lq.cfg.schemes = vec![Scheme::TfEdfq];
             let r = demo::run_schemes(&lq, pace, false, log).map_err(|e| e.to_string())?;
             r[0].real_max_load

@@ -25,7 +25,7 @@ use tailor_core::time::{from_millis_f64, Nanos};
 use tailor_sim::model::Overrides;
 use tailor_sim::scenario::Scenario;
 
-use crate::handler::{AdmissionConfig, Handler, HandlerConfig, Queuing, Scheme};
+use crate::handler::{AdmissionConfig, Handler, HandlerConfig, Overhead, Queuing, Scheme};
 use crate::loadgen::{self, Mix, RunReport, RunSpec};
 use crate::server::{TaskServer, TaskServerConfig};
 use crate::timer::PreciseTimer;
@@ -122,6 +122,15 @@ pub struct AdmissionSection {
     /// Offered load for the overload check, as a multiple of the max load.
     #[serde(default = "default_overload")]
     pub overload: f64,
+    /// Count predicted misses at dispatch ([`AdmissionConfig::predict`]).
+    #[serde(default)]
+    pub predict: bool,
+    /// Admit a share of queries above R_th instead of none ([`AdmissionConfig::proportional`]).
+    #[serde(default)]
+    pub proportional: bool,
+    /// Queuing for the overload check and calibration (default: the config's).
+    #[serde(default)]
+    pub queuing: Option<Queuing>,
 }
 
 fn default_servers() -> usize {
@@ -222,6 +231,17 @@ impl Loaded {
     }
 }
 
+impl Loaded {
+    /// The configuration the admission check runs: its `[admission] queuing`, if set, replaces `queuing`.
+    pub fn for_admission(&self) -> Loaded {
+        let mut l = self.clone();
+        if let Some(q) = self.cfg.admission.as_ref().and_then(|a| a.queuing) {
+            l.cfg.queuing = q;
+        }
+        l
+    }
+}
+
 impl DemoConfig {
     fn problems(&self) -> Vec<String> {
         let mut p = Vec::new();
@@ -290,6 +310,8 @@ pub struct Probe {
     pub worst_ratio: f64,
     pub timer_p99_late_ns: Nanos,
     pub tasks_missed_pct: f64,
+    /// Per-task overhead the handler measured (post-dequeue − service time).
+    pub overhead: Overhead,
 }
 
 /// Runs one probe on a fresh runtime: servers, handler, open-loop load.
@@ -378,6 +400,7 @@ pub fn run_real_with(
             worst_ratio: worst,
             timer_p99_late_ns: timer.lateness().p99_ns,
             tasks_missed_pct: 100.0 * missed as f64 / tasks as f64,
+            overhead: handler.overhead(),
             report,
         })
     })
@@ -443,8 +466,14 @@ pub fn search_real(
 
 // === the simulator, same configuration ===
 
-/// The simulator scenario equivalent to the config, for one scheme.
-pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme) -> Result<String, crate::Error> {
+/// The simulator scenario equivalent to the config, for one scheme. With
+/// `overhead_ns` (the per-task overhead measured on the real run: loopback
+/// HTTP, tokio, timer lateness), the scenario gets a fixed network delay of
+/// half of it on each hop (to the server, and back with the answer), so a
+/// simulated query's latency carries the same overhead as a real one's. The
+/// simulated deadlines stay SLO − x_p^u(k) of the service time: the overhead
+/// shifts every deadline by the same amount, which changes no EDF order.
+pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, overhead_ns: Option<f64>) -> Result<String, crate::Error> {
     let service = match &l.cfg.service_time {
         // The simulator scenario is given the config's own directory, so a
         // relative table path resolves the same way.
@@ -484,6 +513,9 @@ pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme) -> Result<String, crate::Er
         vals = list(l.cfg.fanouts.values.iter().map(|v| v.to_string()).collect()),
         ws = list(l.cfg.fanouts.weights.iter().map(|v| v.to_string()).collect()),
     );
+    if let Some(o) = overhead_ns.filter(|&o| o > 0.0) {
+        t += &format!("[network]\ndelay = {{ kind = \"fixed\", value_ms = {} }}\n\n", o / 2.0 / 1e6);
+    }
     for c in &l.cfg.classes {
         t += &format!(
             "[[class]]\nname = \"{}\"\nweight = {}\nslo_ms = {}\npercentile = {}\n\n",
@@ -502,9 +534,9 @@ pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme) -> Result<String, crate::Er
     Ok(t)
 }
 
-/// Max load under SLO in the simulator for one scheme.
-pub fn search_sim(l: &Loaded, scheme: Scheme) -> Result<f64, crate::Error> {
-    let text = sim_scenario_toml(l, scheme)?;
+/// Max load under SLO in the simulator for one scheme (with the measured per-task overhead, if given).
+pub fn search_sim(l: &Loaded, scheme: Scheme, overhead_ns: Option<f64>) -> Result<f64, crate::Error> {
+    let text = sim_scenario_toml(l, scheme, overhead_ns)?;
     let path = l.base_dir.join(format!("{}-sim.toml", l.cfg.name));
     let loaded =
         Scenario::from_toml(&text, &path).map_err(|e| crate::Error::Config(format!("simulator scenario: {e}")))?;
@@ -546,6 +578,8 @@ pub struct SchemeResult {
     pub scheme: Scheme,
     pub real_max_load: f64,
     pub sim_max_load: Option<f64>,
+    /// Per-task overhead measured on the real run (what the simulated side adds).
+    pub overhead: Overhead,
     pub probes: Vec<Probe>,
 }
 
@@ -583,14 +617,36 @@ pub fn run_schemes(
                 p.timer_p99_late_ns / 1000
             ))
         })?;
-        let sim = if with_sim { Some(search_sim(&lq, scheme)?) } else { None };
+        // The overhead the simulator adds: as measured on the real probe
+        // nearest the max load (it grows with load: more HTTP per second on
+        // the same two cores).
+        let overhead = probes
+            .iter()
+            .filter(|p| p.overhead.tasks > 0.0)
+            .min_by(|a, b| (a.load - max).abs().total_cmp(&(b.load - max).abs()))
+            .map(|p| p.overhead)
+            .unwrap_or_default();
+        log(&format!(
+            "  {}: per-task overhead at load {:.3}: dispatch mean {:.0} µs (p99 {} µs), after service mean {:.0} µs (p50 {} µs, p99 {} µs)",
+            scheme.name(),
+            max,
+            overhead.dispatch_mean_ns / 1e3,
+            overhead.dispatch_p99_ns / 1000,
+            overhead.mean_ns / 1e3,
+            overhead.p50_ns / 1000,
+            overhead.p99_ns / 1000
+        ));
+        // Dispatch (handler → server, before the queue) plus return (after the
+        // service: the rest of the post-dequeue time).
+        let total = overhead.mean_ns + overhead.dispatch_mean_ns;
+        let sim = if with_sim { Some(search_sim(&lq, scheme, Some(total))?) } else { None };
         log(&format!(
             "{}: real max load {:.3}{}",
             scheme.name(),
             max,
             sim.map_or(String::new(), |s| format!(", simulated {s:.3}"))
         ));
-        out.push(SchemeResult { scheme, real_max_load: max, sim_max_load: sim, probes });
+        out.push(SchemeResult { scheme, real_max_load: max, sim_max_load: sim, overhead, probes });
     }
     Ok(out)
 }
@@ -606,7 +662,10 @@ pub fn run_admission(l: &Loaded, pace: Pace, r_th: f64, offered: f64) -> Result<
         r_th,
         window: Duration::from_secs_f64(a.window_ms * l.cfg.time_scale / 1e3),
         window_tasks: a.window_tasks,
+        predict: a.predict,
+        proportional: a.proportional,
     };
+    let l = &l.for_admission();
     let p = run_real(l, Scheme::TfEdfq, offered, Some(adm), pace.warmup, pace.measure)?;
     let classes = l.slo_classes();
     let mut per_class = Vec::new();
@@ -686,8 +745,9 @@ pub fn format_table(l: &Loaded, results: &[SchemeResult]) -> String {
         l.cfg.queuing,
         l.cfg.time_scale
     );
-    t += "| scheme | real max load | simulated max load | real − sim | TF-EDFQ gain (real) |\n|---|---:|---:|---:|---:|\n";
+    t += "| scheme | real max load | simulated max load | real − sim | TF-EDFQ gain (real) | TF-EDFQ gain (sim) | overhead mean / p99 (µs) |\n|---|---:|---:|---:|---:|---:|---:|\n";
     let tf = results.iter().find(|r| r.scheme == Scheme::TfEdfq).map(|r| r.real_max_load);
+    let tf_sim = results.iter().find(|r| r.scheme == Scheme::TfEdfq).and_then(|r| r.sim_max_load);
     for r in results {
         let sim = r.sim_max_load.map_or("—".into(), |s| format!("{s:.3}"));
         let diff = r.sim_max_load.map_or("—".into(), |s| format!("{:+.3}", r.real_max_load - s));
@@ -697,7 +757,21 @@ pub fn format_table(l: &Loaded, results: &[SchemeResult]) -> String {
             }
             _ => "—".into(),
         };
-        t += &format!("| {} | {:.3} | {} | {} | {} |\n", r.scheme.name(), r.real_max_load, sim, diff, gain);
+        let gain_sim = match (tf_sim, r.sim_max_load) {
+            (Some(tf), Some(x)) if r.scheme != Scheme::TfEdfq && x > 0.0 => format!("{:+.0}%", 100.0 * (tf / x - 1.0)),
+            _ => "—".into(),
+        };
+        t += &format!(
+            "| {} | {:.3} | {} | {} | {} | {} | {:.0} / {} |\n",
+            r.scheme.name(),
+            r.real_max_load,
+            sim,
+            diff,
+            gain,
+            gain_sim,
+            (r.overhead.mean_ns + r.overhead.dispatch_mean_ns) / 1e3,
+            (r.overhead.p99_ns + r.overhead.dispatch_p99_ns) / 1000
+        );
     }
     t
 }

@@ -20,7 +20,7 @@
 //! builds a new planner from the histograms off the query path and swaps it
 //! in, then halves the histograms' weights so they track change.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,7 +44,7 @@ use tailor_core::{wire, Context};
 use tokio::sync::oneshot;
 
 use crate::clock::wall_ns;
-use crate::server::{MISSED, QUEUE_NS};
+use crate::server::{ARRIVED_AT, DEQUEUED_AT, MISSED, QUEUE_NS, SERVICE_NS};
 
 /// Which deadline the tasks carry and how task queues order them (TailGuard §III.A).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
@@ -110,6 +110,14 @@ pub struct AdmissionConfig {
     pub window: Duration,
     /// At most this many of the latest task outcomes (the paper: 100,000).
     pub window_tasks: u64,
+    /// Count a task as missed when it is dispatched if the work queued ahead of
+    /// it at its server already overruns its deadline, instead of when the miss
+    /// is observed (at the deadline with central queuing, with the result at
+    /// the servers). See [`Handler::expected_wait`]. Off: the paper's rule.
+    pub predict: bool,
+    /// Admit the share R_th / ratio of queries while the ratio exceeds R_th,
+    /// instead of none (core's `AdmissionController::with_proportional`).
+    pub proportional: bool,
 }
 
 /// Everything a handler needs.
@@ -232,7 +240,32 @@ pub struct Handler {
     /// Sequential-request budget plans, per (class, fan-outs, split); replaced
     /// (never cleared) at each refresh, so a request always finds the latest.
     plans: Mutex<Plans>,
+    /// Per-task overhead: post-dequeue time − the service time the server
+    /// reports (loopback HTTP both ways, tokio scheduling, timer lateness).
+    /// What the simulator has to add to the service time to see what the
+    /// handler sees (docs/fanout.md, "Real vs simulated").
+    overhead: Mutex<LatencyHistogram>,
+    /// Of which: handler send → server arrival (wall clocks; same host).
+    dispatch: Mutex<LatencyHistogram>,
+    /// Per server: the tasks this handler sent there (or queued for it) that have
+    /// not returned, as (queue key → count); the key is what the scheme's queue
+    /// orders by (deadline, class or nothing). For predicted misses.
+    outstanding: Vec<Mutex<BTreeMap<Nanos, u32>>>,
+    /// Mean of the offline post-dequeue CDF (until a server has learned its own).
+    offline_mean_ns: f64,
     pub stats: HandlerStats,
+}
+
+/// Summary of the per-task overhead the handler measured.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Overhead {
+    pub tasks: f64,
+    pub mean_ns: f64,
+    pub p50_ns: Nanos,
+    pub p99_ns: Nanos,
+    /// The dispatch part (send at the handler → arrival at the server), mean and p99.
+    pub dispatch_mean_ns: f64,
+    pub dispatch_p99_ns: Nanos,
 }
 
 /// (class, fan-outs, proportional split?) of a cached sequential plan.
@@ -282,11 +315,12 @@ impl Handler {
             .map_err(|e| crate::Error::Config(e.to_string()))?;
         planner.precompute(n as u32);
         let admission = match cfg.admission {
-            Some(a) => Some(Mutex::new(
-                AdmissionController::new(a.r_th, (a.window.as_nanos() as Nanos).max(1))
+            Some(a) => {
+                let c = AdmissionController::new(a.r_th, (a.window.as_nanos() as Nanos).max(1))
                     .map_err(|e| crate::Error::Config(format!("admission: {e}")))?
-                    .with_window_tasks(a.window_tasks),
-            )),
+                    .with_window_tasks(a.window_tasks);
+                Some(Mutex::new(if a.proportional { c.with_proportional() } else { c }))
+            }
             None => None,
         };
         let central = if cfg.queuing == Queuing::Central {
@@ -311,6 +345,11 @@ impl Handler {
             learned: (0..n).map(|_| Mutex::new(LatencyHistogram::new())).collect(),
             planner: Mutex::new(planner),
             plans: Mutex::new(Plans { cdfs: Arc::new(vec![cfg.offline.clone(); n]), entries: Vec::new() }),
+            overhead: Mutex::new(LatencyHistogram::new()),
+            dispatch: Mutex::new(LatencyHistogram::new()),
+            outstanding: (0..n).map(|_| Mutex::new(BTreeMap::new())).collect(),
+            offline_mean_ns: (0..1000).map(|i| cfg.offline.quantile((i as f64 + 0.5) / 1000.0) as f64).sum::<f64>()
+                / 1000.0,
             admission,
             central,
             rng: Mutex::new(Rng::new(cfg.seed)),
@@ -574,15 +613,43 @@ impl Handler {
     async fn fan_out(self: &Arc<Self>, ctx: Context) -> Result<(u32, Nanos), QueryError> {
         let header = wire::encode(&ctx);
         let servers = self.pick_servers(ctx.fanout as usize);
-        if self.cfg.queuing == Queuing::Central {
-            if let Some(a) = &self.admission {
-                a.lock().expect("admission poisoned").task_queued(wall_ns(), ctx.deadline, ctx.fanout as u64);
+        let now = wall_ns();
+        let key = self.queue_key(&ctx);
+        // Which tasks are already known to miss (predicted misses; empty unless `predict`).
+        let predict = self.cfg.admission.is_some_and(|a| a.predict);
+        let mut predicted = vec![false; servers.len()];
+        for (i, &s) in servers.iter().enumerate() {
+            let mut out = self.outstanding[s].lock().expect("outstanding poisoned");
+            if predict {
+                let ahead: u32 = out.range(..=key).map(|(_, &c)| c).sum();
+                predicted[i] = now.saturating_add(self.expected_wait(s, ahead)) > ctx.deadline;
+            }
+            *out.entry(key).or_default() += 1;
+        }
+        if let Some(a) = &self.admission {
+            let mut a = a.lock().expect("admission poisoned");
+            let known = predicted.iter().filter(|&&p| p).count() as u64;
+            for _ in 0..known {
+                a.record_task(now, true);
+            }
+            if self.cfg.queuing == Queuing::Central {
+                a.task_queued(now, ctx.deadline, ctx.fanout as u64 - known);
             }
         }
         let mut set = tokio::task::JoinSet::new();
-        for s in servers {
+        for (s, known) in servers.into_iter().zip(predicted) {
             let h = self.clone();
-            set.spawn(async move { h.run_task(s, ctx, header).await });
+            set.spawn(async move {
+                let r = h.run_task(s, ctx, header, known).await;
+                let mut out = h.outstanding[s].lock().expect("outstanding poisoned");
+                if let Some(c) = out.get_mut(&key) {
+                    *c -= 1;
+                    if *c == 0 {
+                        out.remove(&key);
+                    }
+                }
+                r
+            });
         }
         let (mut missed, mut pre) = (0u32, 0);
         let mut error = None;
@@ -603,11 +670,14 @@ impl Handler {
     }
 
     /// One task: wait for the central queue (if any), call the server, learn from the result.
+    /// `known_missed`: the miss was already counted at dispatch (predicted);
+    /// the admission controller is not told about this task again.
     async fn run_task(
-        self: Arc<Self>,
+        self: &Arc<Self>,
         s: usize,
         ctx: Context,
         header: wire::Encoded,
+        known_missed: bool,
     ) -> Result<(bool, Nanos), QueryError> {
         let queued_at = Instant::now();
         let central = self.cfg.queuing == Queuing::Central;
@@ -628,31 +698,47 @@ impl Handler {
             let _ = rx.await;
             let now = wall_ns();
             missed_here = now > ctx.deadline;
-            if let Some(a) = &self.admission {
+            if let Some(a) = self.admission.as_ref().filter(|_| !known_missed) {
                 a.lock().expect("admission poisoned").task_dequeued(now, ctx.deadline);
             }
         }
         let sent = Instant::now();
+        let sent_at = wall_ns();
         let waited_here = sent.duration_since(queued_at).as_nanos() as Nanos;
         let result = self.call(s, &header).await;
         let round_trip = sent.elapsed().as_nanos() as Nanos;
+        let received_at = wall_ns();
         if let Some(id) = job_id {
             let mut q = self.central[s].lock().expect("central queue poisoned");
             q.policy.complete(wall_ns(), id);
             q.released = None;
             self.release_next(&mut q);
         }
-        let (queue_ns, missed_at_server) = match result {
+        let reply = match result {
             Ok(v) => v,
             Err(e) => {
                 self.stats.task_errors.fetch_add(1, Ordering::Relaxed);
                 return Err(QueryError::Task { server: self.cfg.servers[s], message: e });
             }
         };
-        let post_dequeue = round_trip.saturating_sub(queue_ns);
+        let (queue_ns, missed_at_server) = (reply.queue_ns, reply.missed);
+        // §III.B.2: post-dequeue time = result time − dequeue time, the dequeue
+        // time coming with the result. On one host (loopback) the wall clocks
+        // agree; a dequeue time outside [send, receive] means they do not, and
+        // the round trip minus the server's queue time is used instead (which
+        // also counts the dispatch, a pre-dequeue time, as post-dequeue).
+        let dispatch = reply.arrived_at.checked_sub(sent_at);
+        let post_dequeue = match received_at.checked_sub(reply.dequeued_at) {
+            Some(p) if reply.dequeued_at >= sent_at && dispatch.is_some() => {
+                self.dispatch.lock().expect("dispatch poisoned").record(dispatch.unwrap_or(0));
+                p
+            }
+            _ => round_trip.saturating_sub(queue_ns),
+        };
         self.learned[s].lock().expect("histogram poisoned").record(post_dequeue);
+        self.overhead.lock().expect("overhead poisoned").record(post_dequeue.saturating_sub(reply.service_ns));
         let missed = if central { missed_here } else { missed_at_server };
-        if !central {
+        if !central && !known_missed {
             // At-server queuing: the miss is piggybacked on the result (§III.C).
             if let Some(a) = &self.admission {
                 a.lock().expect("admission poisoned").record_task(wall_ns(), missed);
@@ -663,6 +749,37 @@ impl Handler {
             self.stats.tasks_missed.fetch_add(1, Ordering::Relaxed);
         }
         Ok((missed, waited_here + queue_ns))
+    }
+
+    /// What a task's queue orders it by, as a key where smaller goes first:
+    /// the deadline (TF-EDFQ, T-EDFQ), the class (PRIQ) or nothing (FIFO: every
+    /// outstanding task is ahead).
+    fn queue_key(&self, ctx: &Context) -> Nanos {
+        match self.cfg.scheme {
+            Scheme::TfEdfq | Scheme::TEdfq => ctx.deadline,
+            Scheme::Priq => ctx.class as Nanos,
+            Scheme::Fifo => 0,
+        }
+    }
+
+    /// Expected wait of a task that has `ahead` tasks before it at server `s`
+    /// (the one in service among them, half done on average): (ahead − ½) ×
+    /// the server's mean post-dequeue time, learned or offline. A lower bound
+    /// under EDF (a later task with an earlier deadline can still overtake),
+    /// so a predicted miss is one that will almost surely happen.
+    pub fn expected_wait(&self, s: usize, ahead: u32) -> Nanos {
+        if ahead == 0 {
+            return 0;
+        }
+        let mean = {
+            let h = self.learned[s].lock().expect("histogram poisoned");
+            if h.count() >= self.cfg.min_samples {
+                h.mean()
+            } else {
+                self.offline_mean_ns
+            }
+        };
+        ((ahead as f64 - 0.5) * mean) as Nanos
     }
 
     fn release_next(&self, q: &mut CentralQueue) {
@@ -677,8 +794,8 @@ impl Handler {
         }
     }
 
-    /// POST /task; returns (time queued at the server, missed there).
-    async fn call(&self, s: usize, header: &wire::Encoded) -> Result<(Nanos, bool), String> {
+    /// POST /task; returns what the server reported.
+    async fn call(&self, s: usize, header: &wire::Encoded) -> Result<TaskReply, String> {
         let addr = self.cfg.servers[s];
         let req = http::Request::post(format!("http://{addr}/task"))
             .header(wire::HEADER, header.as_str())
@@ -691,13 +808,50 @@ impl Handler {
         let num = |name: &str| -> Nanos {
             resp.headers().get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).unwrap_or(0)
         };
-        Ok((num(QUEUE_NS), num(MISSED) == 1))
+        Ok(TaskReply {
+            queue_ns: num(QUEUE_NS),
+            missed: num(MISSED) == 1,
+            service_ns: num(SERVICE_NS),
+            arrived_at: num(ARRIVED_AT),
+            dequeued_at: num(DEQUEUED_AT),
+        })
+    }
+
+    /// The per-task overhead measured so far (post-dequeue time − reported service time).
+    pub fn overhead(&self) -> Overhead {
+        let h = self.overhead.lock().expect("overhead poisoned");
+        let d = self.dispatch.lock().expect("dispatch poisoned");
+        Overhead {
+            tasks: h.count(),
+            mean_ns: h.mean(),
+            p50_ns: h.quantile(0.5),
+            p99_ns: h.quantile(0.99),
+            dispatch_mean_ns: d.mean(),
+            dispatch_p99_ns: d.quantile(0.99),
+        }
+    }
+
+    /// Forgets the overhead measured so far (e.g. at the end of a warm-up).
+    pub fn reset_overhead(&self) {
+        self.overhead.lock().expect("overhead poisoned").clear();
+        self.dispatch.lock().expect("dispatch poisoned").clear();
     }
 
     /// The CDF the planner currently uses for server `s` (for reports).
     pub fn learned_quantile(&self, s: usize, p: f64) -> Nanos {
         self.learned[s].lock().expect("histogram poisoned").quantile(p)
     }
+}
+
+/// What a task server reported with a task's result.
+#[derive(Clone, Copy, Debug)]
+struct TaskReply {
+    queue_ns: Nanos,
+    missed: bool,
+    service_ns: Nanos,
+    /// Wall-clock arrival and dequeue at the server (0 if not reported).
+    arrived_at: Nanos,
+    dequeued_at: Nanos,
 }
 
 /// Offline estimate helper: a [`Cdf`] as the planner's shared type.

@@ -43,6 +43,11 @@ pub const QUEUE_NS: &str = "tailor-queue-ns";
 pub const SERVICE_NS: &str = "tailor-service-ns";
 pub const MISSED: &str = "tailor-missed";
 pub const SERVED_SEQ: &str = "tailor-served-seq";
+/// Wall-clock time (ns since the epoch) the task left the queue (§III.B.2: the
+/// handler learns the post-dequeue time as result time − dequeue time).
+pub const DEQUEUED_AT: &str = "tailor-dequeued-at";
+/// Wall-clock time (ns since the epoch) the task arrived at the server.
+pub const ARRIVED_AT: &str = "tailor-arrived-at";
 /// Oldest GAT a task server accepts in a context (clamping, docs/wire-format.md).
 const MAX_CONTEXT_AGE_NS: Nanos = 60_000_000_000;
 
@@ -63,6 +68,8 @@ pub struct TaskServerConfig {
 /// What a task experienced at the server.
 #[derive(Clone, Copy, Debug)]
 struct Outcome {
+    arrived_at: Nanos,
+    dequeued_at: Nanos,
     queue_ns: Nanos,
     service_ns: Nanos,
     missed: bool,
@@ -72,6 +79,7 @@ struct Outcome {
 struct Pending {
     tx: Option<oneshot::Sender<Outcome>>,
     arrived: Instant,
+    arrived_at: Nanos,
     deadline: Nanos,
 }
 
@@ -211,7 +219,8 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Full<
         let id = st.next_id;
         st.next_id += 1;
         let (tx, rx) = oneshot::channel();
-        st.waiting.insert(id, Pending { tx: Some(tx), arrived: Instant::now(), deadline: ctx.deadline });
+        st.waiting
+            .insert(id, Pending { tx: Some(tx), arrived: Instant::now(), arrived_at: now, deadline: ctx.deadline });
         st.policy.arrive(now, Job { id, gat: ctx.gat, deadline: ctx.deadline, class: ctx.class });
         start_next(&s, &mut st);
         rx
@@ -225,6 +234,8 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Full<
     h.insert(SERVICE_NS, out.service_ns.into());
     h.insert(MISSED, u64::from(out.missed).into());
     h.insert(SERVED_SEQ, out.seq.into());
+    h.insert(ARRIVED_AT, out.arrived_at.into());
+    h.insert(DEQUEUED_AT, out.dequeued_at.into());
     Ok(r)
 }
 
@@ -241,7 +252,9 @@ fn start_next(s: &Arc<Shared>, st: &mut State) {
     let service_ns = (st.rng_sample(&s.cfg.service) as f64 * s.cfg.scale).round() as Nanos;
     let p = st.waiting.get_mut(&id).expect("a running job is waiting");
     let queue_ns = p.arrived.elapsed().as_nanos() as Nanos;
-    let missed = p.deadline != NEVER && wall_ns() > p.deadline;
+    let dequeued_at = wall_ns();
+    let arrived_at = p.arrived_at;
+    let missed = p.deadline != NEVER && dequeued_at > p.deadline;
     let tx = p.tx.take();
     s.stats.served.fetch_add(1, Ordering::Relaxed);
     if missed {
@@ -255,7 +268,7 @@ fn start_next(s: &Arc<Shared>, st: &mut State) {
         st.waiting.remove(&id);
         st.in_service = None;
         if let Some(tx) = tx {
-            let _ = tx.send(Outcome { queue_ns, service_ns, missed, seq });
+            let _ = tx.send(Outcome { arrived_at, dequeued_at, queue_ns, service_ns, missed, seq });
         }
         start_next(&done, &mut st);
     });

@@ -232,3 +232,49 @@ fn admission_rejects_under_overload_and_recovers_after_it() {
     // The overload is over; once the misses leave the window, queries are admitted again.
     wait_until("admission to recover", || query().status == 200);
 }
+
+/// With `--predict-misses`, a task whose server already holds more queued work
+/// (tasks ahead of it in its queue's order × mean service) than its budget is
+/// counted missed when it is dispatched: the controller sees the overload while
+/// the burst is still arriving, before any of its deadlines has passed, and
+/// rejects the rest of the burst (without prediction nothing in the burst is
+/// rejected: the test above). Both queuing modes; recovery after the window.
+#[test]
+fn predicted_misses_reject_within_the_burst_that_causes_them() {
+    let servers = start(&["servers", "--count", "2", "--policy", "edf", "--service-fixed-ms", "20"]);
+    let list = format!("{},{}", servers.addrs[0], servers.addrs[1]);
+    for queuing in ["at-servers", "central"] {
+        // SLO 60 ms, unloaded tail 20 ms: 40 ms of budget; the 4th task queued
+        // at a server expects (3 − ½) × 20 ms = 50 ms of wait: a predicted miss.
+        let handler = start(&[
+            "handler",
+            "--servers",
+            &list,
+            "--scheme",
+            "tf-edfq",
+            "--queuing",
+            queuing,
+            "--slo-ms",
+            "60",
+            "--offline-fixed-ms",
+            "20",
+            "--r-th",
+            "0.2",
+            "--window-ms",
+            "1000",
+            "--predict-misses",
+            "true",
+        ]);
+        let h = handler.addrs[0];
+        let query = move || http(h, "POST", "/query", &[("tailor-fanout", "2".into())]);
+        assert_eq!(query().status, 200, "{queuing}: an idle system admits");
+        let burst: Vec<_> = (0..30).map(|_| std::thread::spawn(query)).collect();
+        let replies: Vec<Reply> = burst.into_iter().map(|b| b.join().unwrap()).collect();
+        let rejected: Vec<&Reply> = replies.iter().filter(|r| r.status == 503).collect();
+        assert!(!rejected.is_empty(), "{queuing}: the burst's predicted misses reject part of it");
+        assert!(rejected.iter().all(|r| r.header("tailor-rejected") == Some("admission")));
+        assert!(replies.iter().all(|r| r.status == 200 || r.status == 503));
+        assert!(stat(h, "rejected") >= rejected.len() as u64);
+        wait_until("admission to recover", || query().status == 200);
+    }
+}

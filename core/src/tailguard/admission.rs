@@ -66,6 +66,10 @@ pub struct AdmissionController {
     now: Nanos,
     admitted: u64,
     rejected: u64,
+    /// Admit a share of queries instead of none (see [`Self::with_proportional`]).
+    proportional: bool,
+    /// Admission credit of the proportional mode, in [0, 1].
+    credit: f64,
 }
 
 impl AdmissionController {
@@ -90,6 +94,8 @@ impl AdmissionController {
             now: 0,
             admitted: 0,
             rejected: 0,
+            proportional: false,
+            credit: 0.0,
         })
     }
 
@@ -104,6 +110,19 @@ impl AdmissionController {
     /// paper's rule): one early miss out of one task is a 100% ratio.
     pub fn with_min_tasks(mut self, n: u64) -> Self {
         self.min_tasks = n;
+        self
+    }
+
+    /// Proportional admission: while the miss ratio r exceeds R_th, admit the
+    /// share R_th / r of the arriving queries (evenly spread: a credit of that
+    /// share per arrival, a query admitted per whole credit) instead of none.
+    /// The paper's all-or-nothing rule swings between admitting the whole
+    /// overload and rejecting everything, and the queries admitted in each swing
+    /// meet a queue that the last swing built; a share that shrinks as the ratio
+    /// grows settles where the ratio stays near R_th. Below R_th both rules
+    /// admit everything. Deterministic: no randomness, time is passed in.
+    pub fn with_proportional(mut self) -> Self {
+        self.proportional = true;
         self
     }
 
@@ -186,7 +205,21 @@ impl AdmissionController {
     pub fn admit(&mut self, now: Nanos) -> bool {
         self.advance(now);
         let n = self.outcomes.len() as u64;
-        let ok = n == 0 || n < self.min_tasks || self.ratio() <= self.r_th;
+        let ratio = self.ratio();
+        let ok = if n == 0 || n < self.min_tasks || ratio <= self.r_th {
+            self.credit = 1.0;
+            true
+        } else if self.proportional {
+            self.credit = (self.credit + self.r_th / ratio).min(1.0);
+            if self.credit >= 1.0 - 1e-9 {
+                self.credit = 0.0;
+                true
+            } else {
+                false
+            }
+        } else {
+            false
+        };
         if ok {
             self.admitted += 1;
         } else {
@@ -285,6 +318,50 @@ mod tests {
         assert!(ac.admit(1701 * NANOS_PER_MILLI));
         assert_eq!(ac.miss_ratio(1701 * NANOS_PER_MILLI), 0.0);
         assert_eq!((ac.admitted(), ac.rejected()), (4, 2));
+    }
+
+    #[test]
+    fn proportional_admission_admits_the_share_r_th_over_ratio() {
+        let window = 1000 * NANOS_PER_MILLI;
+        let mut all_or_nothing = AdmissionController::new(0.1, window).unwrap();
+        let mut share = AdmissionController::new(0.1, window).unwrap().with_proportional();
+        // 100 outcomes, 40 missed: ratio 0.4 = 4 × R_th.
+        for a in [&mut all_or_nothing, &mut share] {
+            for i in 0..100 {
+                a.record_task(1, i % 5 < 2);
+            }
+            assert!((a.miss_ratio(1) - 0.4).abs() < 1e-12);
+        }
+        let admitted_of = |a: &mut AdmissionController| (0..400).filter(|_| a.admit(2)).count();
+        assert_eq!(admitted_of(&mut all_or_nothing), 0, "the paper's rule rejects everything above R_th");
+        // R_th / ratio = 1/4 of 400 arrivals, evenly: every fourth.
+        let mut evenly = AdmissionController::new(0.1, window).unwrap().with_proportional();
+        for i in 0..100 {
+            evenly.record_task(1, i % 5 < 2);
+        }
+        let pattern: Vec<bool> = (0..8).map(|_| evenly.admit(2)).collect();
+        assert_eq!(pattern.iter().filter(|&&x| x).count(), 2, "{pattern:?}");
+        assert!(!(pattern[0] && pattern[1]), "spread out, not in a burst: {pattern:?}");
+        assert_eq!(admitted_of(&mut share), 100);
+        assert_eq!(share.admitted(), 100);
+        assert_eq!(share.rejected(), 300);
+        // Below R_th both admit everything; a ratio twice R_th admits half.
+        let mut half = AdmissionController::new(0.1, window).unwrap().with_proportional();
+        for i in 0..100 {
+            half.record_task(1, i % 5 == 0);
+        }
+        assert_eq!((0..100).filter(|_| half.admit(2)).count(), 50);
+        let mut low = AdmissionController::new(0.1, window).unwrap().with_proportional();
+        for i in 0..100 {
+            low.record_task(1, i % 20 == 0);
+        }
+        assert_eq!((0..100).filter(|_| low.admit(2)).count(), 100);
+        // R_th = 0: nothing is admitted while any miss is in the window, as the paper's rule.
+        let mut zero = AdmissionController::new(0.0, window).unwrap().with_proportional();
+        zero.record_task(1, true);
+        assert!(!(0..100).any(|_| zero.admit(2)));
+        // And it recovers once the misses leave the window.
+        assert!(share.admit(2 + window + 2));
     }
 
     #[test]

@@ -34,9 +34,9 @@ fn main() {
         Some("servers") => servers(&flags(&args[1..])),
         Some("handler") => handler(&flags(&args[1..])),
         Some("probe") if args.len() == 4 => probe(&args[1], &args[2], &args[3]),
-        Some("sim") if args.len() == 3 => sim(&args[1], &args[2]),
+        Some("sim") if args.len() == 3 || args.len() == 4 => sim(&args[1], &args[2], args.get(3).map(String::as_str)),
         Some("sequential") if args.len() == 4 => sequential(&args[1], &args[2], &args[3]),
-        _ => Err("usage: tailor-fanout servers|handler [--flag value ...] | probe CONFIG SCHEME LOAD | sim CONFIG SCHEME | sequential CONFIG FANOUTS LOAD".into()),
+        _ => Err("usage: tailor-fanout servers|handler [--flag value ...] | probe CONFIG SCHEME LOAD | sim CONFIG SCHEME [OVERHEAD_US] | sequential CONFIG FANOUTS LOAD".into()),
     };
     if let Err(e) = result {
         eprintln!("tailor-fanout: {e}");
@@ -128,6 +128,8 @@ fn handler(f: &HashMap<String, String>) -> Result<(), String> {
             r_th: get(f, "r-th", None)?,
             window: Duration::from_secs_f64(get::<f64>(f, "window-ms", Some(1000.0))? / 1e3),
             window_tasks: get(f, "window-tasks", Some(100_000))?,
+            predict: get(f, "predict-misses", Some(false))?,
+            proportional: get(f, "proportional", Some(false))?,
         }),
         None => None,
     };
@@ -174,7 +176,7 @@ fn probe(config: &str, scheme: &str, load: &str) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     println!(
-        "{} load {:.3}: met {} worst p/SLO {:.3} offered {} completed {} errors {} dropped {} miss% {:.2} timer p99 late {} us",
+        "{} load {:.3}: met {} worst p/SLO {:.3} offered {} completed {} errors {} dropped {} miss% {:.2} timer p99 late {} us overhead mean {:.0} p99 {} us dispatch mean {:.0} p99 {} us",
         scheme.name(),
         load,
         p.met,
@@ -184,7 +186,11 @@ fn probe(config: &str, scheme: &str, load: &str) -> Result<(), String> {
         p.report.errors,
         p.report.dropped,
         p.tasks_missed_pct,
-        p.timer_p99_late_ns / 1000
+        p.timer_p99_late_ns / 1000,
+        p.overhead.mean_ns / 1e3,
+        p.overhead.p99_ns / 1000,
+        p.overhead.dispatch_mean_ns / 1e3,
+        p.overhead.dispatch_p99_ns / 1000
     );
     let classes = l.slo_classes();
     for (&(c, k), g) in &p.report.groups {
@@ -198,10 +204,15 @@ fn probe(config: &str, scheme: &str, load: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn sim(config: &str, scheme: &str) -> Result<(), String> {
+/// `sim CONFIG SCHEME [OVERHEAD_US]`: the simulated side alone, optionally with a per-task overhead.
+fn sim(config: &str, scheme: &str, extra: Option<&str>) -> Result<(), String> {
     let l = demo::Loaded::load(Path::new(config)).map_err(|e| e.to_string())?;
     let scheme = Scheme::parse(scheme)?;
-    let max = demo::search_sim(&l, scheme).map_err(|e| e.to_string())?;
+    let overhead_us: Option<f64> = match extra {
+        Some(v) => Some(v.parse().map_err(|_| format!("overhead {v}: not a number of µs"))?),
+        None => None,
+    };
+    let max = demo::search_sim(&l, scheme, overhead_us.map(|u| u * 1e3)).map_err(|e| e.to_string())?;
     println!("{} simulated max load {max:.3}", scheme.name());
     Ok(())
 }
