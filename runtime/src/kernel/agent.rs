@@ -75,6 +75,8 @@ struct Registered {
 enum Level {
     Band,
     Idle,
+    /// Not admitted yet: the thread sleeps in its admission wait, at its pre-job policy.
+    Waiting,
 }
 
 fn job_id(slot: usize, generation: u64) -> JobId {
@@ -325,8 +327,13 @@ impl<'t> Agent<'t> {
             let Some(r) = self.registered[i].filter(|r| r.state == table::RUNNABLE) else { continue };
             let id = job_id(i, r.generation);
             let want = if running.contains(&id) { Level::Band } else { Level::Idle };
-            if self.applied.get(&id) != Some(&want) {
-                changes.push((id, want));
+            match self.applied.get(&id) {
+                Some(&have) if have == want || (have, want) == (Level::Waiting, Level::Idle) => {}
+                // A new job that must wait already sleeps in its admission wait: no syscall.
+                None if want == Level::Idle && self.table.slot(i).admitted.load(Ordering::Acquire) == 0 => {
+                    self.applied.insert(id, Level::Waiting);
+                }
+                _ => changes.push((id, want)),
             }
         }
         if changes.is_empty() {
@@ -339,12 +346,18 @@ impl<'t> Agent<'t> {
             let policy = match level {
                 Level::Band => ThreadPolicy::fifo(BAND_PRIORITY),
                 Level::Idle => ThreadPolicy::IDLE,
+                Level::Waiting => unreachable!("never a change"),
             };
             if self.set(id, policy).is_some() {
                 self.applied.insert(id, level);
                 match level {
-                    Level::Band => self.report.promotions += 1,
+                    Level::Band => {
+                        self.report.promotions += 1;
+                        // In the band now: a thread in its admission wait may start.
+                        self.admit(slot_of(id));
+                    }
                     Level::Idle => self.report.demotions += 1,
+                    Level::Waiting => {}
                 }
             }
         }
@@ -376,6 +389,14 @@ impl<'t> Agent<'t> {
             return None;
         }
         Some(r.tid)
+    }
+
+    /// Lets the thread of slot `i` out of its admission wait (a no-op once admitted).
+    fn admit(&self, i: usize) {
+        let admitted = &self.table.slot(i).admitted;
+        if admitted.swap(1, Ordering::AcqRel) == 0 {
+            sys::futex_wake(admitted);
+        }
     }
 
     /// Frees the slots of threads that no longer exist.
@@ -419,6 +440,8 @@ impl<'t> Agent<'t> {
                 self.report.restored += 1;
             }
             slot.agent_busy.store(0, Ordering::SeqCst);
+            // Nobody orders them any more: jobs still waiting to be admitted may run.
+            self.admit(i);
         }
     }
 }

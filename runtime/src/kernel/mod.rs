@@ -72,6 +72,8 @@ pub(crate) struct KernelBackend {
     /// handle, with the policy they would have started with.
     spawned: Mutex<HashMap<libc::pthread_t, ThreadPolicy>>,
     watchdog: Duration,
+    /// `TAILOR_KERNEL_PARK=idle`: no admission wait (see `register`).
+    park_idle: bool,
     next_slot: AtomicUsize,
     description: String,
 }
@@ -133,6 +135,7 @@ impl KernelBackend {
             job_threads: Mutex::new(HashMap::new()),
             io_threads: Mutex::new(HashMap::new()),
             spawned: Mutex::new(HashMap::new()),
+            park_idle: std::env::var("TAILOR_KERNEL_PARK").is_ok_and(|v| v == "idle"),
             watchdog: Duration::from_millis(*watchdog_ms),
             next_slot: AtomicUsize::new(0),
             description,
@@ -155,6 +158,8 @@ impl KernelBackend {
     pub fn enter(&self, ctx: &Context, counters: &Counters) -> PermitJob {
         if !self.fell_back() {
             if let Some(reg) = self.register(ctx, counters) {
+                let waited = self.wait_for_admission(&reg);
+                Counters::add(&counters.waited_ns, waited);
                 return PermitJob::Kernel(reg);
             }
         }
@@ -194,12 +199,31 @@ impl KernelBackend {
         s.class.store(ctx.class as u32, Ordering::Relaxed);
         s.orig_policy.store(orig.policy, Ordering::Relaxed);
         s.orig_priority.store(orig.priority, Ordering::Relaxed);
+        // TAILOR_KERNEL_PARK=idle: the previous design (start at once above the band, the agent
+        // parks the job at SCHED_IDLE if it must wait), kept for side-by-side measurement.
+        s.admitted.store(u32::from(self.park_idle), Ordering::Relaxed);
         lock(&self.job_threads).insert(tid, orig);
         // No priority change here: the agent sets band or SCHED_IDLE when it sees us,
         // so there is exactly one writer of a registered job's policy.
         s.word.store(table::pack(generation, table::RUNNABLE), Ordering::SeqCst);
         self.table.changed(slot);
         Some(Registration { slot, generation, tid, orig })
+    }
+
+    /// Sleeps until the agent admits the new job (see `table`, "the admission wait"), or
+    /// this process falls back; returns the ns waited. The recheck bounds the wait on an
+    /// agent that died without waking us to the watchdog's reaction time.
+    fn wait_for_admission(&self, reg: &Registration) -> u64 {
+        const RECHECK: Duration = Duration::from_millis(20);
+        let admitted = &self.table.slot(reg.slot).admitted;
+        if admitted.load(Ordering::Acquire) != 0 {
+            return 0;
+        }
+        let start = Instant::now();
+        while admitted.load(Ordering::Acquire) == 0 && !self.fell_back() {
+            sys::futex_wait(admitted, 0, RECHECK);
+        }
+        start.elapsed().as_nanos() as u64
     }
 
     pub fn block(&self, reg: &Registration) {

@@ -20,6 +20,13 @@
 //!   before it sets its own policy. Either the agent sees the new state and does not
 //!   write, or the thread waits for the write to land: an agent write can never land
 //!   after the thread restored itself (the race that leaked priorities into later jobs).
+//! - **the admission wait** (`Slot::admitted`): a new job's thread publishes RUNNABLE,
+//!   rings, and sleeps on `admitted` until the agent has put it in the band and set it
+//!   to 1. A new job the policy does not run yet is therefore blocked, not runnable:
+//!   parked at SCHED_IDLE it would be a fair-class task starved by the band, and the
+//!   kernel's fair server (Linux 6.12+: 50 ms per second per CPU at deadline priority)
+//!   runs starved fair tasks in one stretch, freezing the band, the I/O threads and the
+//!   agent on that CPU. Only a job preempted mid-run is parked at SCHED_IDLE.
 
 use std::fs::OpenOptions;
 use std::io;
@@ -28,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TAILORSC");
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Default number of slots: concurrent jobs on the node, all processes together.
 pub const DEFAULT_SLOTS: u32 = 1024;
 
@@ -69,6 +76,9 @@ pub struct Slot {
     /// The thread's policy before the job: what the agent restores if it must.
     pub orig_policy: AtomicI32,
     pub orig_priority: AtomicI32,
+    /// 0 while the job's thread waits to be admitted (futex on this word); the agent sets
+    /// 1 and wakes it once the thread is in the band (or when the agent stops).
+    pub admitted: AtomicU32,
     /// The generation whose thread the agent is re-prioritising right now (0 = none).
     pub agent_busy: AtomicU64,
 }
