@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::cgfs;
 use crate::config::{parse_cpu_list, NodeConfig, TierConfig, TierKind};
 use crate::error::NodeError;
 use crate::journal::{self, Entry, Journal, RestoreReport};
@@ -163,8 +164,14 @@ impl Agent {
                 )));
             }
             if rt_band_priority.is_some() && !caps.rt_group {
+                let v2 = if caps.hierarchy(Role::Unified).is_some() {
+                    " (cgroup v2 has no RT budget: a kernel built with RT_GROUP_SCHED refuses SCHED_RR in a \
+                     non-root v2 cpu cgroup)"
+                } else {
+                    ""
+                };
                 warnings.push(format!(
-                    "tier {:?}: no RT group scheduling: the SCHED_RR band is capped only by sched_rt_runtime_us",
+                    "tier {:?}: no RT group scheduling: the SCHED_RR band is capped only by sched_rt_runtime_us{v2}",
                     t.name
                 ));
             }
@@ -314,7 +321,7 @@ impl Agent {
                             fallback_dir: fallback_dir.clone(),
                             rt_band_priority: *rt_band_priority,
                         })?;
-                        std::fs::create_dir(path).map_err(|e| NodeError::io(path, e))?;
+                        cgfs::create_dir(path).map_err(|e| NodeError::io(path, e))?;
                     }
                 }
                 Step::Write { path, value } => {
@@ -327,11 +334,17 @@ impl Agent {
                         self.stats.settings_repaired += 1;
                     }
                     journal.record(entry)?;
-                    std::fs::write(path, value).map_err(|e| {
+                    cgfs::write(path, value).map_err(|e| {
                         if path.ends_with("cpu.rt_runtime_us") && e.raw_os_error() == Some(libc::EINVAL) {
                             NodeError::Unsupported(format!(
                                 "{}: cannot set {value}: the RT budget is exhausted (siblings' cpu.rt_runtime_us \
                                  must sum to at most the parent's); lower rt_runtime_us or free budget elsewhere",
+                                path.display()
+                            ))
+                        } else if path.ends_with("cgroup.subtree_control") && e.raw_os_error() == Some(libc::EINVAL) {
+                            NodeError::Unsupported(format!(
+                                "{}: cannot write {value:?}: with RT_GROUP_SCHED, cgroup v2 enables the cpu \
+                                 controller only while every SCHED_FIFO/RR process is in the root cgroup",
                                 path.display()
                             ))
                         } else {
@@ -428,7 +441,7 @@ impl Agent {
                     self.stats.processes_placed += 1;
                 }
                 journal.record(entry)?;
-                if let Err(e) = std::fs::write(dir.join("cgroup.procs"), pid.to_string()) {
+                if let Err(e) = cgfs::write(&dir.join("cgroup.procs"), &pid.to_string()) {
                     if e.raw_os_error() == Some(libc::ESRCH) {
                         return Ok(());
                     }
@@ -436,10 +449,18 @@ impl Agent {
                         .into_iter()
                         .any(|t| procs::sched_state(t).is_some_and(|s| procs::is_rt(s.policy)));
                     if rt && e.raw_os_error() == Some(libc::EINVAL) {
-                        return Err(NodeError::Unsupported(format!(
-                            "has SCHED_FIFO/RR threads and {} has no RT budget; set rt_runtime_us for this tier",
-                            dir.display()
-                        )));
+                        return Err(NodeError::Unsupported(if h.role == Role::Unified {
+                            format!(
+                                "has SCHED_FIFO/RR threads and {} is a cgroup v2 cpu cgroup: with RT_GROUP_SCHED \
+                                 v2 has no RT budget, so RT threads can only stay in the root cgroup",
+                                dir.display()
+                            )
+                        } else {
+                            format!(
+                                "has SCHED_FIFO/RR threads and {} has no RT budget; set rt_runtime_us for this tier",
+                                dir.display()
+                            )
+                        }));
                     }
                     return Err(NodeError::io(dir.join("cgroup.procs"), e));
                 }
@@ -453,7 +474,7 @@ impl Agent {
                 let want = format!("/{}", dir.strip_prefix(&h.root).unwrap_or(dir).display());
                 let lines = procs::cgroups(&format!("/proc/{pid}/task/{tid}/cgroup"));
                 if let Some((_, now)) = lines.iter().find(|(c, _)| h.owns_line(c)) {
-                    if *now != want && std::fs::write(dir.join("tasks"), tid.to_string()).is_ok() {
+                    if *now != want && cgfs::write(&dir.join("tasks"), &tid.to_string()).is_ok() {
                         self.stats.threads_placed += 1;
                     }
                 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::cgfs;
 use crate::error::NodeError;
 use crate::procs::{self, SchedState};
 
@@ -145,6 +146,7 @@ pub fn restore(state_dir: &Path) -> Result<RestoreReport, NodeError> {
             reset_inherited(path, *rt_band_priority, &moved_policy, &mut report);
         }
     }
+    let mut subtree_control: Vec<(&PathBuf, &String)> = Vec::new();
     for entry in entries.iter().rev() {
         match entry {
             Entry::SetPolicy { tid, start_time, original } => {
@@ -156,15 +158,9 @@ pub fn restore(state_dir: &Path) -> Result<RestoreReport, NodeError> {
                     }
                 }
             }
-            Entry::MovedProcess { pid, start_time, original_dir, .. } => {
+            Entry::MovedProcess { pid, start_time, hierarchy, original_dir, .. } => {
                 if procs::alive(*pid, *start_time) {
-                    let target =
-                        if original_dir.exists() { original_dir.clone() } else { existing_ancestor(original_dir) };
-                    match std::fs::write(target.join("cgroup.procs"), pid.to_string()) {
-                        Ok(()) => report.processes_moved_back += 1,
-                        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-                        Err(e) => report.errors.push(format!("pid {pid} → {}: {e}", target.display())),
-                    }
+                    move_back(*pid, original_dir, hierarchy, &mut report);
                 }
             }
             Entry::WroteFile { path, original } => {
@@ -174,10 +170,14 @@ pub fn restore(state_dir: &Path) -> Result<RestoreReport, NodeError> {
                 if nothing_to_undo || created.iter().any(|d| path.starts_with(d)) {
                     continue;
                 }
-                match std::fs::write(path, original) {
-                    Ok(()) => report.files_restored += 1,
-                    Err(e) => report.errors.push(format!("{}: restore {:?}: {e}", path.display(), original)),
+                if path.ends_with("cgroup.subtree_control") {
+                    // cgroup v2 refuses to disable a controller while a child cgroup still enables
+                    // it (EBUSY), and our own parent cgroup does until it is removed: undo these
+                    // after every directory we created is gone.
+                    subtree_control.push((path, original));
+                    continue;
                 }
+                restore_file(path, original, &mut report);
             }
             Entry::CreatedDir { path, fallback_dir, rt_band_priority } => {
                 if !path.exists() {
@@ -191,12 +191,48 @@ pub fn restore(state_dir: &Path) -> Result<RestoreReport, NodeError> {
             }
         }
     }
+    // Reverse journal order, so a cgroup's undo comes before its (older-journaled) parent's.
+    for (path, original) in subtree_control {
+        restore_file(path, original, &mut report);
+    }
     if let Err(e) = std::fs::remove_file(&path) {
         if e.kind() != std::io::ErrorKind::NotFound {
             return Err(NodeError::io(&path, e));
         }
     }
     Ok(report)
+}
+
+/// Moves a process back to the cgroup it came from or, if that is gone or now refuses it, to the
+/// nearest ancestor that takes it (the hierarchy's root always does). cgroup v2 refuses a cgroup
+/// that has since started enabling controllers for children (the no-internal-process rule:
+/// EBUSY) and a threaded cgroup, whose `cgroup.procs` cannot be written (EOPNOTSUPP).
+fn move_back(pid: u32, original_dir: &Path, hierarchy: &Path, report: &mut RestoreReport) {
+    let mut target = existing_ancestor(original_dir);
+    loop {
+        let e = match cgfs::write(&target.join("cgroup.procs"), &pid.to_string()) {
+            Ok(()) => {
+                report.processes_moved_back += 1;
+                return;
+            }
+            Err(e) => e,
+        };
+        let refused = matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EOPNOTSUPP));
+        if e.raw_os_error() == Some(libc::ESRCH) {
+            return;
+        }
+        if !(refused && target != hierarchy && target.starts_with(hierarchy) && target.pop()) {
+            report.errors.push(format!("pid {pid} → {}: {e}", target.display()));
+            return;
+        }
+    }
+}
+
+fn restore_file(path: &Path, original: &str, report: &mut RestoreReport) {
+    match cgfs::write(path, original) {
+        Ok(()) => report.files_restored += 1,
+        Err(e) => report.errors.push(format!("{}: restore {:?}: {e}", path.display(), original)),
+    }
 }
 
 fn thread_alive(tid: u32, start_time: u64) -> bool {
@@ -261,7 +297,7 @@ fn evacuate(
         }
         reset_inherited(dir, rt_band_priority, moved_policy, report);
         for pid in pids {
-            if let Err(e) = std::fs::write(fallback_dir.join("cgroup.procs"), pid.to_string()) {
+            if let Err(e) = cgfs::write(&fallback_dir.join("cgroup.procs"), &pid.to_string()) {
                 if e.raw_os_error() != Some(libc::ESRCH) {
                     report.errors.push(format!("pid {pid} → {}: {e}", fallback_dir.display()));
                 }
@@ -275,7 +311,7 @@ fn remove_dir_retrying(dir: &Path) -> std::io::Result<()> {
     // cgroup someone else made inside ours would block rmdir).
     let mut last = Ok(());
     for attempt in 0..20 {
-        last = std::fs::remove_dir(dir);
+        last = cgfs::remove_dir(dir);
         match &last {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),

@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod attribution;
+mod cgfs;
 pub mod config;
 pub mod error;
 pub mod journal;
@@ -11,6 +12,8 @@ pub mod ladder;
 pub mod probe;
 pub mod procs;
 pub mod runner;
+#[cfg(test)]
+mod v2_file_protocol_tests;
 
 pub use agent::Agent;
 pub use config::NodeConfig;

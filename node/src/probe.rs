@@ -69,49 +69,8 @@ impl Capabilities {
     /// Probes `/proc/self/mountinfo`, the cgroup roots and `/proc/pressure`.
     pub fn probe() -> Capabilities {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mut v1_cpu = None;
-        let mut v1_cpuset = None;
-        let mut v2 = None;
-        for line in mountinfo.lines() {
-            // "36 25 0:31 / /sys/fs/cgroup/cpu rw,... shared:1 - cgroup cgroup rw,cpu"
-            let Some((left, right)) = line.split_once(" - ") else { continue };
-            let mount_point = left.split(' ').nth(4).unwrap_or("");
-            let mut rf = right.split(' ');
-            let fstype = rf.next().unwrap_or("");
-            let super_opts = rf.nth(1).unwrap_or("");
-            match fstype {
-                "cgroup" => {
-                    let opts: Vec<&str> = super_opts.split(',').collect();
-                    if opts.contains(&"cpu") && v1_cpu.is_none() {
-                        v1_cpu = Some(PathBuf::from(mount_point));
-                    }
-                    if opts.contains(&"cpuset") && v1_cpuset.is_none() {
-                        v1_cpuset = Some(PathBuf::from(mount_point));
-                    }
-                }
-                "cgroup2" if v2.is_none() => v2 = Some(PathBuf::from(mount_point)),
-                _ => {}
-            }
-        }
-        let v2_controllers =
-            v2.as_ref().and_then(|p| std::fs::read_to_string(p.join("cgroup.controllers")).ok()).unwrap_or_default();
+        let (hierarchies, v2_controllers) = hierarchies_from(&mountinfo);
         let v2_has = |c: &str| v2_controllers.split_whitespace().any(|x| x == c);
-        let mut hierarchies = Vec::new();
-        if let (Some(root), true) = (&v2, v2_has("cpu")) {
-            hierarchies.push(Hierarchy { root: root.clone(), role: Role::Unified });
-        } else {
-            if let Some(root) = v1_cpu {
-                hierarchies.push(Hierarchy { root, role: Role::V1Cpu });
-            }
-            if let Some(root) = v1_cpuset {
-                hierarchies.push(Hierarchy { root, role: Role::V1Cpuset });
-            }
-            if let Some(root) = &v2 {
-                if root.join("cgroup.pressure").exists() || root.join("cpu.pressure").exists() {
-                    hierarchies.push(Hierarchy { root: root.clone(), role: Role::PsiOnly });
-                }
-            }
-        }
         let has = |role: Role, file: &str| hierarchies.iter().any(|h| h.role == role && h.root.join(file).exists());
         // The root cgroup has no cpu.weight/cpu.idle files in v2; the controller's presence implies them.
         let unified = hierarchies.iter().any(|h| h.role == Role::Unified);
@@ -152,6 +111,55 @@ impl Capabilities {
     pub fn psi_hierarchy(&self) -> Option<&Hierarchy> {
         self.hierarchies.iter().find(|h| matches!(h.role, Role::PsiOnly | Role::Unified))
     }
+}
+
+/// The hierarchies the agent uses, from `/proc/self/mountinfo` text and the cgroup2 root's
+/// `cgroup.controllers` (returned too): the cgroup2 mount alone (`Unified`) when its root offers
+/// the `cpu` controller, else the v1 `cpu` and `cpuset` mounts plus cgroup2 for PSI only.
+pub(crate) fn hierarchies_from(mountinfo: &str) -> (Vec<Hierarchy>, String) {
+    let mut v1_cpu = None;
+    let mut v1_cpuset = None;
+    let mut v2 = None;
+    for line in mountinfo.lines() {
+        // "36 25 0:31 / /sys/fs/cgroup/cpu rw,... shared:1 - cgroup cgroup rw,cpu"
+        let Some((left, right)) = line.split_once(" - ") else { continue };
+        let mount_point = left.split(' ').nth(4).unwrap_or("");
+        let mut rf = right.split(' ');
+        let fstype = rf.next().unwrap_or("");
+        let super_opts = rf.nth(1).unwrap_or("");
+        match fstype {
+            "cgroup" => {
+                let opts: Vec<&str> = super_opts.split(',').collect();
+                if opts.contains(&"cpu") && v1_cpu.is_none() {
+                    v1_cpu = Some(PathBuf::from(mount_point));
+                }
+                if opts.contains(&"cpuset") && v1_cpuset.is_none() {
+                    v1_cpuset = Some(PathBuf::from(mount_point));
+                }
+            }
+            "cgroup2" if v2.is_none() => v2 = Some(PathBuf::from(mount_point)),
+            _ => {}
+        }
+    }
+    let v2_controllers =
+        v2.as_ref().and_then(|p| std::fs::read_to_string(p.join("cgroup.controllers")).ok()).unwrap_or_default();
+    let mut hierarchies = Vec::new();
+    if let (Some(root), true) = (&v2, v2_controllers.split_whitespace().any(|x| x == "cpu")) {
+        hierarchies.push(Hierarchy { root: root.clone(), role: Role::Unified });
+    } else {
+        if let Some(root) = v1_cpu {
+            hierarchies.push(Hierarchy { root, role: Role::V1Cpu });
+        }
+        if let Some(root) = v1_cpuset {
+            hierarchies.push(Hierarchy { root, role: Role::V1Cpuset });
+        }
+        if let Some(root) = &v2 {
+            if root.join("cgroup.pressure").exists() || root.join("cpu.pressure").exists() {
+                hierarchies.push(Hierarchy { root: root.clone(), role: Role::PsiOnly });
+            }
+        }
+    }
+    (hierarchies, v2_controllers)
 }
 
 fn kernel_at_least(major: u32, minor: u32) -> bool {
