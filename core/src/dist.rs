@@ -14,16 +14,19 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::rng::Rng;
+use crate::rng::RandomSource;
 use crate::time::{Nanos, NANOS_PER_MILLI, NEVER};
 
 mod empirical;
 pub mod special;
 mod table;
+mod ziggurat;
+mod ziggurat_tables;
 
 pub use empirical::{EmpiricalTable, TABLE_LEN};
 pub(crate) use table::read_table;
 pub use table::TableError;
+pub use ziggurat::exp1;
 
 /// A CDF we can evaluate and invert: a service-time [`Dist`], an online
 /// latency histogram, or a derived distribution (e.g. the max of k tasks).
@@ -314,8 +317,16 @@ enum Kind {
 /// f64 ns → Nanos, rounding to nearest; negative and NaN → 0, huge → [`NEVER`].
 #[inline]
 fn to_nanos(x: f64) -> Nanos {
-    // `as` saturates and maps NaN to 0.
-    (x + 0.5) as Nanos
+    let y = x + 0.5;
+    if (0.0..9.0e18).contains(&y) {
+        // The common case, with the same value as below in one instruction on
+        // x86-64 (`as` to an integer is a saturating, branchy sequence there).
+        // SAFETY: `y` is finite and in [0, 9e18), so it truncates to an i64.
+        unsafe { y.to_int_unchecked::<i64>() as Nanos }
+    } else {
+        // `as` saturates and maps NaN to 0.
+        y as Nanos
+    }
 }
 
 impl Dist {
@@ -372,11 +383,21 @@ impl Dist {
     }
 
     /// One draw, in ns.
-    #[inline]
-    pub fn sample_ns(&self, rng: &mut Rng) -> Nanos {
+    #[inline(always)]
+    pub fn sample_ns<R: RandomSource + ?Sized>(&self, rng: &mut R) -> Nanos {
+        // The simulator's most common case, inlined into its loop; the rest
+        // behind a call.
+        if let Kind::Exp { mean } = self.kind {
+            return to_nanos(mean * exp1(rng));
+        }
+        self.sample_ns_other(rng)
+    }
+
+    fn sample_ns_other<R: RandomSource + ?Sized>(&self, rng: &mut R) -> Nanos {
         match &self.kind {
             Kind::Fixed { rounded, .. } => *rounded,
-            Kind::Exp { mean } => to_nanos(rng.exp(*mean)),
+            // Ziggurat, not -mean·ln(U): same distribution, no `ln` (see `dist::exp1`).
+            Kind::Exp { mean } => to_nanos(mean * exp1(rng)),
             Kind::LogNormal { mu, sigma, .. } => to_nanos((mu + sigma * rng.normal()).exp()),
             // Inversion: x_m · U^(−1/α), U in (0, 1].
             Kind::Pareto { scale, inv_alpha, .. } => to_nanos(scale / rng.next_f64_open0().powf(*inv_alpha)),

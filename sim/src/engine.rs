@@ -3,14 +3,15 @@
 //!
 //! Determinism: every random draw comes from a stream derived from the
 //! scenario seed; per-request draws (class, fanout, instances, demands,
-//! branches, network delays) come from a stream derived from the request's
-//! index, so two policies see exactly the same requests (common random
+//! branches, network delays) come from a counter-based stream
+//! (`CounterRng`) opened at the request's index, so two policies see exactly the same requests (common random
 //! numbers) and differences between them are the policies', not noise. Equal
 //! event times are broken by insertion order.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
+use tailor_core::rng::{CounterRng, RandomSource};
 use tailor_core::tailguard::AdmissionController;
 use tailor_core::time::NEVER;
 use tailor_core::{AnyPolicy, Job, JobId, Nanos, Policy, PolicySpec, Rng};
@@ -131,7 +132,7 @@ struct Request {
     outstanding: u32,
     ideal_end: Nanos,
     demand: Nanos,
-    rng: Rng,
+    rng: CounterRng,
 }
 
 /// A vector with a free list: stable small indices, no allocation in steady state.
@@ -208,17 +209,41 @@ impl<T: Copy> Slab<T> {
 
 struct Arrivals {
     model: ArrivalModel,
-    rng: Rng,
+    /// The mean gap if `model` is Poisson, else 0.
+    poisson_mean: f64,
+    /// One long SplitMix64 stream (`CounterRng` is one): a draw is an add and a mix.
+    rng: CounterRng,
     next_index: u64,
     trace_pos: usize,
     carry: f64,
 }
 
 impl Arrivals {
+    #[inline(always)]
     fn next_gap(&mut self) -> Nanos {
         // Keep the fractional nanoseconds so long runs hold the exact rate.
-        let gap = match &self.model {
-            ArrivalModel::Poisson { mean_gap } => self.rng.exp(*mean_gap),
+        // Poisson, the common case, is tested first without a `match`.
+        let gap =
+            if self.poisson_mean > 0.0 { self.poisson_mean * self.rng.exp1() } else { self.other_gap() } + self.carry;
+        // `floor` is a libm call on baseline x86-64. For the non-negative gaps
+        // below 2^53, truncating through i64 (one instruction each way) gives
+        // the same value; anything else takes the old path.
+        if (0.0..9.0e15).contains(&gap) {
+            // SAFETY: `gap` is finite and in [0, 9e15), so it truncates to an i64.
+            let whole = unsafe { gap.to_int_unchecked::<i64>() };
+            self.carry = gap - whole as f64;
+            whole as Nanos
+        } else {
+            let whole = gap.floor();
+            self.carry = gap - whole;
+            whole as Nanos
+        }
+    }
+
+    /// The next gap of any arrival model, in fractional ns.
+    fn other_gap(&mut self) -> f64 {
+        match &self.model {
+            ArrivalModel::Poisson { mean_gap } => mean_gap * self.rng.exp1(),
             ArrivalModel::Deterministic { gap } => *gap,
             ArrivalModel::Pareto { xm, alpha } => xm / self.rng.next_f64_open0().powf(1.0 / alpha),
             ArrivalModel::Gaps { dist, scale } => dist.sample_ns(&mut self.rng) as f64 * scale,
@@ -227,18 +252,6 @@ impl Arrivals {
                 self.trace_pos += 1;
                 g
             }
-        } + self.carry;
-        // `floor` is a libm call on baseline x86-64. For the non-negative gaps
-        // below 2^53, truncating through i64 (one instruction each way) gives
-        // the same value; anything else takes the old path.
-        if (0.0..9.0e15).contains(&gap) {
-            let whole = gap as i64;
-            self.carry = gap - whole as f64;
-            whole as Nanos
-        } else {
-            let whole = gap.floor();
-            self.carry = gap - whole;
-            whole as Nanos
         }
     }
 }
@@ -350,6 +363,8 @@ struct Engine<'m> {
     in_flight: u64,
     admission: Option<AdmissionController>,
     noise_rng: Rng,
+    /// The key of the per-request streams: request `i` draws from `CounterRng::stream(request_key, i)`.
+    request_key: u64,
     rec: Recorder,
     /// Arrival indices that are measured: after the warm-up, `requests` of them.
     measured: std::ops::Range<u64>,
@@ -414,7 +429,11 @@ impl<'m> Engine<'m> {
             reqs: Slab::new(),
             arrivals: Arrivals {
                 model: m.arrival.clone(),
-                rng: Rng::derive(m.seed, STREAM_ARRIVALS),
+                poisson_mean: match m.arrival {
+                    ArrivalModel::Poisson { mean_gap } => mean_gap,
+                    _ => 0.0,
+                },
+                rng: CounterRng::stream(Rng::derive(m.seed, STREAM_ARRIVALS).next_u64(), 0),
                 next_index: 0,
                 trace_pos: 0,
                 carry: 0.0,
@@ -425,6 +444,7 @@ impl<'m> Engine<'m> {
                 AdmissionController::new(r_th, window).expect("admission parameters validated when the scenario loaded")
             }),
             noise_rng: Rng::derive(m.seed, STREAM_NOISE),
+            request_key: Rng::derive(m.seed, STREAM_REQUEST).next_u64(),
             rec: Recorder::new(m),
             measured: m.warmup..m.warmup + m.requests,
             stats: RunStats::default(),
@@ -450,7 +470,7 @@ impl<'m> Engine<'m> {
         if let Some((rate, _)) = &self.m.noise {
             for n in 0..self.nodes.len() {
                 for c in 0..self.nodes[n].cpus.len() {
-                    let t = self.noise_rng.exp(1.0 / rate) as Nanos;
+                    let t = (self.noise_rng.exp1() / rate) as Nanos;
                     self.push(t, EvKind::Noise { node: n as u32, cpu: c as u32 });
                 }
             }
@@ -509,47 +529,64 @@ impl<'m> Engine<'m> {
         let m = self.m;
         let stage = m.roots[0];
         let svc = &m.services[m.stages[stage].service];
-        let node = svc.first_node;
-        debug_assert_eq!(node, 0);
+        debug_assert_eq!(svc.first_node, 0);
         let service_time = &svc.service_time;
+        let single_class = m.classes.len() == 1;
+        let request_key = self.request_key;
+        let measured_range = self.measured.clone();
+        let mut measured_left = self.measured_left;
+        // Sequence numbers as the general path hands them out (its tie-break).
+        let mut seq = self.seq + 1;
+        // The loop's state lives in locals (registers), not in `self`.
+        let Engine { nodes, arrivals, admission, rec, stats, .. } = &mut self;
+        let Node { policy, cpus, .. } = &mut nodes[0];
+        // The same policy object, called through the same `Policy` trait; only
+        // the `AnyPolicy` dispatch is taken once here instead of on every call.
+        let AnyPolicy::Queue(policy) = policy else { unreachable!("lone_path_applies checked the policy") };
         let mut lone: Slab<Lone> = Slab::new();
-        // The node's timer (time, seq), as `NodeTimers` keeps it.
+        let mut events = 0u64;
+        let mut now: Nanos = 0;
+        // Counted here, added to `rec` at the end: measured requests admitted,
+        // measured tasks (dispatched, deadline missed).
+        let mut admitted = 0u64;
+        let mut dequeued = (0u64, 0u64);
+        let mut next_arrival: (Nanos, u64) = (0, seq);
+        // The node's timer (time, seq), as `NodeTimers` keeps it, and the
+        // lowest CPU whose completion it is.
         let mut timer: (Nanos, u64) = (NEVER, 0);
+        let mut timer_cpu = 0usize;
         // CPUs with no task: the arrival scan for the idle CPU is skipped when 0.
-        let mut idle = self.nodes[node].cpus.len();
-        self.schedule_arrival(0);
-        while self.measured_left > 0 {
-            if self.next_arrival < timer {
-                debug_assert!(self.next_arrival.0 >= self.now, "time went backwards");
-                let now = self.next_arrival.0;
-                self.now = now;
-                self.stats.events += 1;
+        let mut idle = cpus.len();
+        while measured_left > 0 {
+            if next_arrival < timer {
+                debug_assert!(next_arrival.0 >= now, "time went backwards");
+                now = next_arrival.0;
+                events += 1;
                 // As `on_arrival`, `start` and `activate` for a fanout of one on
                 // a single instance with no network delay.
-                let index = self.arrivals.next_index;
-                self.arrivals.next_index += 1;
-                let gap = self.arrivals.next_gap();
-                self.schedule_arrival(now + gap);
-                let mut rng = Rng::derive(m.seed, STREAM_REQUEST + index);
-                let class = if m.classes.len() == 1 {
+                let index = arrivals.next_index;
+                arrivals.next_index += 1;
+                let gap = arrivals.next_gap();
+                seq += 1;
+                next_arrival = (now + gap, seq);
+                let mut rng = CounterRng::stream(request_key, index);
+                let class = if single_class {
                     0
                 } else {
                     let u = rng.next_f64();
                     m.classes.iter().position(|c| u < c.cumulative_weight).unwrap_or(m.classes.len() - 1) as u8
                 };
-                let measured = self.measured.contains(&index);
-                if let Some(ac) = &mut self.admission {
+                let measured = measured_range.contains(&index);
+                if let Some(ac) = admission {
                     if !ac.admit(now) {
                         if measured {
-                            self.rec.rejected(class);
-                            self.measured_left -= 1;
+                            rec.rejected(class);
+                            measured_left -= 1;
                         }
                         continue;
                     }
                 }
-                if measured {
-                    self.rec.admitted();
-                }
+                admitted += measured as u64;
                 let deadline = match m.budgets.get(class, stage, 1) {
                     Some(b) => now.saturating_add(b),
                     None => NEVER,
@@ -557,75 +594,91 @@ impl<'m> Engine<'m> {
                 let demand = service_time.sample_ns(&mut rng);
                 let id = lone.insert(Lone { gat: now, demand, deadline, class, measured });
                 let job = Job { id: id as JobId, gat: now, deadline, class };
-                let n = &mut self.nodes[node];
                 if idle == 0 {
-                    n.policy.arrive(now, job);
+                    policy.arrive(now, job);
                 } else {
                     // A queue fills the lowest idle CPU (`NonPreemptive` documents it).
-                    let cpu = n.cpus.iter().position(|c| c.task.is_none()).expect("an idle CPU");
-                    n.policy.arrive(now, job);
-                    debug_assert_eq!(n.policy.running()[cpu], Some(id as JobId), "the queue did not fill the idle CPU");
+                    let cpu = cpus.iter().position(|c| c.task.is_none()).expect("an idle CPU");
+                    policy.arrive(now, job);
+                    debug_assert_eq!(policy.running()[cpu], Some(id as JobId), "the queue did not fill the idle CPU");
                     idle -= 1;
-                    let done = lone_dispatch(&lone, id, now, &mut self.rec, &mut self.admission);
-                    let c = &mut n.cpus[cpu];
+                    let done = lone_dispatch(&lone, id, now, &mut dequeued, admission);
+                    let c = &mut cpus[cpu];
                     c.task = Some(id as JobId);
                     c.since = now;
                     c.done_at = done;
                     if done < timer.0 {
-                        self.seq += 1;
-                        timer = (done, self.seq);
+                        seq += 1;
+                        timer = (done, seq);
+                        timer_cpu = cpu;
                     }
                 }
             } else {
-                let now = timer.0;
-                if now == NEVER {
+                if timer.0 == NEVER {
                     break; // nothing pending anywhere
                 }
-                debug_assert!(now >= self.now, "time went backwards");
-                self.now = now;
-                self.stats.events += 1;
+                debug_assert!(timer.0 >= now, "time went backwards");
+                now = timer.0;
+                events += 1;
                 // As `on_node_timer`, `on_complete`, `sync_cpu`, `finish_activation`
                 // and `on_respond`: the lowest CPU due completes.
-                let n = &mut self.nodes[node];
-                let cpu = n.cpus.iter().position(|c| c.done_at <= now).expect("a node timer fired with nothing due");
-                let id = n.cpus[cpu].task.take().expect("completion on a busy CPU");
-                n.cpus[cpu].done_at = NEVER;
-                n.policy.complete(now, id);
+                // The timer is the earliest completion, so the CPUs due now are
+                // those at the timer's time, and `timer_cpu` is the lowest of them.
+                let cpu = timer_cpu;
+                debug_assert_eq!(Some(cpu), cpus.iter().position(|c| c.done_at <= now), "timer_cpu");
+                let id = cpus[cpu].task.take().expect("completion on a busy CPU");
+                cpus[cpu].done_at = NEVER;
+                policy.complete(now, id);
                 // A non-preemptive queue refills only the CPU the job left.
-                match n.policy.running()[cpu] {
+                match policy.running()[cpu] {
                     Some(next) => {
-                        let done = lone_dispatch(&lone, next as u32, now, &mut self.rec, &mut self.admission);
-                        let c = &mut n.cpus[cpu];
+                        let done = lone_dispatch(&lone, next as u32, now, &mut dequeued, admission);
+                        let c = &mut cpus[cpu];
                         c.task = Some(next);
                         c.since = now;
                         c.done_at = done;
                     }
                     None => idle += 1,
                 }
-                let next = n.cpus.iter().fold(NEVER, |t, c| t.min(c.done_at));
+                // The earliest completion and the lowest CPU with it.
+                let (mut next, mut next_cpu) = (NEVER, 0);
+                for (i, c) in cpus.iter().enumerate() {
+                    if c.done_at < next {
+                        (next, next_cpu) = (c.done_at, i);
+                    }
+                }
+                timer_cpu = next_cpu;
                 if next != timer.0 {
-                    self.seq += 1;
-                    timer = (next, self.seq);
+                    seq += 1;
+                    timer = (next, seq);
                 }
                 let r = lone.remove(id as u32);
                 if r.measured {
-                    self.rec.record(r.gat, now, r.gat + r.demand, r.class, 1, r.demand);
-                    self.measured_left -= 1;
+                    // Ideal latency = demand, fanout 1: filled in by `finish_lone`.
+                    rec.record_lone(r.gat, now, r.class, r.demand);
+                    measured_left -= 1;
                 }
             }
             #[cfg(debug_assertions)]
             {
-                let n = &self.nodes[node];
-                let applied: Vec<Option<JobId>> = n.cpus.iter().map(|c| c.task).collect();
-                assert_eq!(applied.as_slice(), n.policy.running(), "lone path: a CPU change was missed");
-                assert_eq!(n.policy.next_tick(), None, "lone path: a queue policy asked for a tick");
+                let applied: Vec<Option<JobId>> = cpus.iter().map(|c| c.task).collect();
+                assert_eq!(applied.as_slice(), policy.running(), "lone path: a CPU change was missed");
+                assert_eq!(policy.next_tick(), None, "lone path: a queue policy asked for a tick");
                 assert_eq!(idle, applied.iter().filter(|t| t.is_none()).count(), "lone path: idle count");
-                let next = n.cpus.iter().fold(NEVER, |t, c| t.min(c.done_at));
+                let next = cpus.iter().fold(NEVER, |t, c| t.min(c.done_at));
                 assert_eq!(timer.0, next, "lone path: timer out of date");
             }
         }
-        self.stats.end_time = self.now;
-        self.stats.arrivals = self.arrivals.next_index;
+        rec.admitted += admitted;
+        rec.tasks_dequeued += dequeued.0;
+        rec.tasks_missed += dequeued.1;
+        rec.finish_lone();
+        stats.events = events;
+        stats.end_time = now;
+        stats.arrivals = arrivals.next_index;
+        self.now = now;
+        self.seq = seq;
+        self.measured_left = measured_left;
         (self.rec, self.stats)
     }
 
@@ -635,7 +688,7 @@ impl<'m> Engine<'m> {
         let gap = self.arrivals.next_gap();
         self.schedule_arrival(self.now + gap);
 
-        let mut rng = Rng::derive(self.m.seed, STREAM_REQUEST + index);
+        let mut rng = CounterRng::stream(self.request_key, index);
         let class = if self.m.classes.len() == 1 {
             0
         } else {
@@ -903,7 +956,7 @@ impl<'m> Engine<'m> {
     fn on_noise(&mut self, node: usize, cpu: usize) {
         let (rate, dur) = self.m.noise.as_ref().expect("noise events only when noise is on");
         let d = dur.sample_ns(&mut self.noise_rng);
-        let next = self.now + self.noise_rng.exp(1.0 / rate) as Nanos + 1;
+        let next = self.now + (self.noise_rng.exp1() / rate) as Nanos + 1;
         self.push(next, EvKind::Noise { node: node as u32, cpu: cpu as u32 });
         let now = self.now;
         let n = &mut self.nodes[node];
@@ -1031,19 +1084,22 @@ impl<'m> Engine<'m> {
 }
 
 /// `dispatch` for the lone-request path: a task that was never preempted
-/// gets a CPU for the first time. Returns when it completes.
-#[inline]
+/// gets a CPU for the first time; `dequeued` counts the measured ones
+/// (dispatched, deadline missed) for `Recorder::task_dequeued`. Returns when
+/// the task completes.
+#[inline(always)]
 fn lone_dispatch(
     lone: &Slab<Lone>,
     id: u32,
     now: Nanos,
-    rec: &mut Recorder,
+    dequeued: &mut (u64, u64),
     admission: &mut Option<AdmissionController>,
 ) -> Nanos {
     let r = lone.get(id);
     let missed = now > r.deadline;
     if r.measured {
-        rec.task_dequeued(missed);
+        dequeued.0 += 1;
+        dequeued.1 += missed as u64;
     }
     if let Some(ac) = admission {
         ac.record_task(now, missed);

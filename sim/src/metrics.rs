@@ -54,6 +54,29 @@ impl Recorder {
         self.demand.push(demand);
     }
 
+    /// `record` for the engine's lone-request path, where a request is one
+    /// task with no network delay: its fanout is 1 and its ideal latency its
+    /// demand. Those two columns are filled by `finish_lone` at the end of the run.
+    /// With a single class, the class column (all 0) is filled at the end too.
+    #[inline(always)]
+    pub(crate) fn record_lone(&mut self, gat: Nanos, done: Nanos, class: u8, demand: Nanos) {
+        self.gat.push(gat);
+        self.latency.push(done - gat);
+        if self.class_names.len() > 1 {
+            self.class.push(class);
+        }
+        self.demand.push(demand);
+    }
+
+    /// Completes the records `record_lone` left out (see there).
+    pub(crate) fn finish_lone(&mut self) {
+        let n = self.latency.len();
+        let done = self.ideal_latency.len();
+        self.ideal_latency.extend_from_slice(&self.demand[done..]);
+        self.fanout.resize(n, 1);
+        self.class.resize(n, 0);
+    }
+
     #[inline]
     pub fn admitted(&mut self) {
         self.admitted += 1;

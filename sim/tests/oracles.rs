@@ -124,9 +124,12 @@ fn mmc_erlang_c_two_and_four_servers() {
     for (c, seed) in [(2u32, 21), (4, 22)] {
         // ρ = 0.8 per server, mean service 1 ms: λ = 0.8·c per ms.
         let lambda = 0.8 * c as f64;
+        // 800,000 requests: with 400,000 the p99's batch-means SE exceeded its
+        // 3% cap for 35 of 100 seeds on M/M/2 (with either random generator),
+        // so whether the test ran at all was luck of the seed.
         let rec = simulate(
             &single_queue(c as usize, r#"{ kind = "fifo" }"#, r#"{ kind = "exp", mean_ms = 1 }"#, 0.8, seed),
-            400_000,
+            800_000,
         );
         let lat = latencies_ms(&rec, |_| true);
         assert_agrees(

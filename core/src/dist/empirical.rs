@@ -24,7 +24,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::table::{read_table, TableError};
-use crate::rng::Rng;
+use crate::rng::RandomSource;
 use crate::time::NANOS_PER_MILLI;
 
 /// Lines in a tailbench quantile table.
@@ -115,10 +115,10 @@ impl EmpiricalTable {
 
     /// One draw of the authors' sampler, in ns (f64, ≥ 0 only if the table is; see module doc).
     #[inline]
-    pub fn sample(&self, rng: &mut Rng) -> f64 {
+    pub fn sample<R: RandomSource + ?Sized>(&self, rng: &mut R) -> f64 {
         let ii = ((rng.next_f64() * TABLE_LEN as f64) as usize).min(TABLE_LEN - 1);
         if ii == TABLE_LEN - 1 {
-            self.tail_start + rng.exp(self.tail_mean)
+            self.tail_start + self.tail_mean * super::exp1(rng)
         } else {
             let (lo, width) = self.pieces[ii];
             lo + width * rng.next_f64()

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::rng::Rng;
 use crate::time::NANOS_PER_MILLI;
 
 const MS: f64 = NANOS_PER_MILLI as f64;
