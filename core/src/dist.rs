@@ -324,9 +324,16 @@ fn to_nanos(x: f64) -> Nanos {
         // SAFETY: `y` is finite and in [0, 9e18), so it truncates to an i64.
         unsafe { y.to_int_unchecked::<i64>() as Nanos }
     } else {
-        // `as` saturates and maps NaN to 0.
-        y as Nanos
+        saturating_nanos(y)
     }
+}
+
+/// `y as Nanos`: saturates, maps NaN to 0. Out of line, so that the compiler
+/// does not compute it next to the common case and select (which it does).
+#[cold]
+#[inline(never)]
+fn saturating_nanos(y: f64) -> Nanos {
+    y as Nanos
 }
 
 impl Dist {
