@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tailor_core::{Nanos, PolicySpec, Rng};
-use tailor_runtime::BackendSpec;
+use tailor_runtime::{BackendSpec, Park};
 use tailor_sim::report::{line_plot, table, Series};
 
 use crate::chain::{has_cap_sys_nice, stop_child, Chain, ChainSpec};
@@ -37,10 +37,13 @@ pub enum Mode {
     OrfCoop,
     /// ORF kernel-enforced: one node-wide `tailor agent` for all tiers.
     Orf,
+    /// `orf` with the kernel backend's earlier parking (`park = "idle"`: a waiting job is
+    /// parked at SCHED_IDLE, not blocked). Not in the default set: for side-by-side runs.
+    OrfParkIdle,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 5] = [Mode::Linux, Mode::Fifo, Mode::Rr, Mode::OrfCoop, Mode::Orf];
+    pub const ALL: [Mode; 6] = [Mode::Linux, Mode::Fifo, Mode::Rr, Mode::OrfCoop, Mode::Orf, Mode::OrfParkIdle];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -49,12 +52,13 @@ impl Mode {
             Mode::Rr => "rr",
             Mode::OrfCoop => "orf-coop",
             Mode::Orf => "orf",
+            Mode::OrfParkIdle => "orf-park-idle",
         }
     }
 
     /// Needs the kernel backend (CAP_SYS_NICE and the agent).
     pub fn kernel_enforced(self) -> bool {
-        matches!(self, Mode::Rr | Mode::Orf)
+        matches!(self, Mode::Rr | Mode::Orf | Mode::OrfParkIdle)
     }
 
     pub fn parse(s: &str) -> Result<Mode, String> {
@@ -118,6 +122,13 @@ impl DemoConfig {
             Mode::Fifo => BackendSpec::Cooperative { policy: PolicySpec::Fifo, c: self.cores },
             Mode::OrfCoop => BackendSpec::Cooperative { policy: PolicySpec::Gfifo, c: self.orf_c },
             Mode::Rr | Mode::Orf => BackendSpec::kernel(table),
+            Mode::OrfParkIdle => {
+                let mut spec = BackendSpec::kernel(table);
+                if let BackendSpec::Kernel { park, .. } = &mut spec {
+                    *park = Park::Idle;
+                }
+                spec
+            }
         }
     }
 
@@ -131,7 +142,7 @@ impl DemoConfig {
             Mode::Fifo => ModeModel { host_policy: linux, admit: Some(("fifo", self.cores)) },
             Mode::OrfCoop => ModeModel { host_policy: linux, admit: Some(("gfifo", self.orf_c)) },
             Mode::Rr => ModeModel { host_policy: PolicySpec::Rr { slice_us: self.slice_us }, admit: None },
-            Mode::Orf => {
+            Mode::Orf | Mode::OrfParkIdle => {
                 ModeModel { host_policy: PolicySpec::Orf { c: self.orf_c, slice_us: self.slice_us }, admit: None }
             }
         }
@@ -252,7 +263,7 @@ fn point_seed(seed: u64, wi: usize, li: usize) -> u64 {
 
 /// Starts the node agent for a kernel mode; returns it once its table exists.
 fn start_agent(cfg: &DemoConfig, mode: Mode, table: &Path, log: &Path) -> Result<Child, String> {
-    let policy = if mode == Mode::Orf { "orf" } else { "rr" };
+    let policy = if mode == Mode::Rr { "rr" } else { "orf" };
     let stderr = std::fs::File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
     let _ = std::fs::remove_file(table);
     let mut child = Command::new(&cfg.exe)

@@ -32,7 +32,8 @@ pub struct DemoArgs {
     /// Utilizations ρ = λ·E[total demand]/cores, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "0.5,0.7,0.85")]
     loads: Vec<f64>,
-    /// Modes, comma-separated: linux, fifo, rr, orf-coop, orf.
+    /// Modes, comma-separated: linux, fifo, rr, orf-coop, orf (and orf-park-idle: orf with the
+    /// kernel backend's earlier SCHED_IDLE parking, for side-by-side runs).
     #[arg(long, value_delimiter = ',', default_value = "linux,fifo,rr,orf-coop,orf")]
     modes: Vec<String>,
     /// Measured requests per run (after the warm-up).

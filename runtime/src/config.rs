@@ -37,7 +37,23 @@ pub enum BackendSpec {
         /// `c` of the cooperative fallback; 0 = the number of CPUs this process may use.
         #[serde(default)]
         fallback_c: usize,
+        /// Where a job the policy does not run yet waits (default `wait`).
+        #[serde(default)]
+        park: Park,
     },
+}
+
+/// Where a new job waits until the policy runs it (docs/runtime.md, "Why new jobs wait
+/// blocked").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Park {
+    /// Blocked in a futex until the agent admits it into the band.
+    #[default]
+    Wait,
+    /// Runs at once above the band; the agent parks it at SCHED_IDLE (the earlier design,
+    /// exposed to the kernel's fair server; kept for side-by-side measurement).
+    Idle,
 }
 
 /// What is parsed: serde accepts unknown keys next to the tag of a *unit* variant
@@ -59,6 +75,8 @@ enum Raw {
         fallback_policy: PolicySpec,
         #[serde(default)]
         fallback_c: usize,
+        #[serde(default)]
+        park: Park,
     },
 }
 
@@ -67,8 +85,8 @@ impl From<Raw> for BackendSpec {
         match raw {
             Raw::None {} => BackendSpec::None,
             Raw::Cooperative { policy, c } => BackendSpec::Cooperative { policy, c },
-            Raw::Kernel { table, watchdog_ms, fallback_policy, fallback_c } => {
-                BackendSpec::Kernel { table, watchdog_ms, fallback_policy, fallback_c }
+            Raw::Kernel { table, watchdog_ms, fallback_policy, fallback_c, park } => {
+                BackendSpec::Kernel { table, watchdog_ms, fallback_policy, fallback_c, park }
             }
         }
     }
@@ -90,6 +108,7 @@ impl BackendSpec {
             watchdog_ms: default_watchdog_ms(),
             fallback_policy: default_fallback_policy(),
             fallback_c: 0,
+            park: Park::Wait,
         }
     }
 

@@ -34,7 +34,7 @@ mod pool;
 mod scheduler;
 mod stats;
 
-pub use config::{available_cpus, BackendSpec};
+pub use config::{available_cpus, BackendSpec, Park};
 pub use current::{current, scope};
 pub use scheduler::{Permit, Scheduler, SchedulerOptions};
 pub use stats::RuntimeStats;

@@ -200,7 +200,9 @@ fn an_older_request_preempts_a_younger_one_in_the_band() {
     let stats = sched.stats();
     let report = agent.stop();
     assert_eq!(order, ["old", "young"], "orf: the older request runs first; {report:?}");
-    assert!(report.promotions >= 3 && report.demotions >= 1, "{report:?}");
+    // Into the band three times (young, old, young again): by the agent, or by the young
+    // job itself on the fast path when it found the node idle.
+    assert!(report.promotions + report.self_admitted >= 3 && report.demotions >= 1, "{report:?}");
     assert_eq!((stats.admitted, stats.completed, stats.fallbacks), (2, 2, 0));
     eprintln!("kernel order test: agent {report:?}");
 }
@@ -418,11 +420,14 @@ fn a_pool_thread_spawned_under_a_saturated_band_registers_at_once() {
             done
         })
     };
-    // Registered = its slot in the table is taken (admission into the band then waits
-    // for the hog, as it should: same priority, first come).
+    // Registered = its slot in the table is taken (admission into the band may then wait
+    // for the hog: same priority), or already done with it (on the fast path the job enters
+    // the band itself, and a thread that lowers itself keeps its CPU, so it may finish first).
     let table = table::Table::open(&path).unwrap();
-    let registered =
-        || (0..table.slots()).any(|i| table::unpack(table.slot(i).word.load(Ordering::Acquire)).1 != table::FREE);
+    let registered = || {
+        sched.stats().admitted > 0
+            || (0..table.slots()).any(|i| table::unpack(table.slot(i).word.load(Ordering::Acquire)).1 != table::FREE)
+    };
     let spawned_at = spawned_rx.recv_timeout(Duration::from_secs(10)).expect("the spawner runs");
     while !registered() && spawned_at.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_micros(200));

@@ -52,6 +52,8 @@ pub struct AgentReport {
     /// Decisions that changed the running set (each costs one or two syscalls per thread).
     pub rotations: u64,
     pub wakeups: u64,
+    /// Jobs that put themselves in the band on the fast path (no ring, no agent syscall).
+    pub self_admitted: u64,
     pub reaped: u64,
     pub errors: u64,
     /// CPU time the agent thread used, ns.
@@ -134,14 +136,27 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, Ru
         let mut agent = Agent::new(&table, Driver::new(policy));
         let h = table.header();
         h.agent_pid.store(std::process::id(), Ordering::Relaxed);
+        h.fast_limit.store(fast_limit(&cfg.policy, cfg.cpus), Ordering::SeqCst);
         h.agent_state.store(table::AGENT_RUNNING, Ordering::Release);
         agent.run(stop, cfg.verbose);
+        h.fast_limit.store(0, Ordering::SeqCst);
         h.agent_state.store(table::AGENT_STOPPED, Ordering::Release);
         agent.restore_all();
         agent.report
     });
     let _ = sys::set_policy(0, original);
     result
+}
+
+/// While at most this many jobs are runnable, `policy` on `cpus` CPUs runs them all
+/// (every policy here is work-conserving; orf runs at most `c`), so a job may admit
+/// itself (the table's fast path).
+fn fast_limit(policy: &PolicySpec, cpus: usize) -> u32 {
+    let limit = match policy {
+        PolicySpec::Orf { c, .. } => (*c).min(cpus),
+        _ => cpus,
+    };
+    limit as u32
 }
 
 struct Agent<'t> {
@@ -301,6 +316,11 @@ impl<'t> Agent<'t> {
                     class: slot.class.load(Ordering::Relaxed) as u8,
                 };
                 self.driver.arrive(now, job);
+                if state == table::RUNNABLE && slot.admitted.load(Ordering::Acquire) == table::SELF_ADMITTED {
+                    // It put itself in the band on the fast path.
+                    self.applied.insert(id, Level::Band);
+                    self.report.self_admitted += 1;
+                }
                 if self.trace {
                     eprintln!(
                         "agent: t={now} arrive {job:?} running={:?} next_tick={:?}",
@@ -415,12 +435,16 @@ impl<'t> Agent<'t> {
         // Only if it is still that job: a CAS, since a live claimer may race us.
         let current = slot.word.load(Ordering::Acquire);
         if table::unpack(current).0 == r.generation && table::unpack(current).1 != table::FREE {
-            let _ = slot.word.compare_exchange(
+            let freed = slot.word.compare_exchange(
                 current,
                 table::pack(r.generation, table::FREE),
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             );
+            if freed.is_ok() && table::unpack(current).1 == table::RUNNABLE {
+                // Its thread never left RUNNABLE: take it out of the node's count for it.
+                self.table.header().runnable.fetch_sub(1, Ordering::SeqCst);
+            }
         }
         self.applied.remove(&job_id(i, r.generation));
         self.report.reaped += 1;

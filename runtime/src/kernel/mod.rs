@@ -72,7 +72,7 @@ pub(crate) struct KernelBackend {
     /// handle, with the policy they would have started with.
     spawned: Mutex<HashMap<libc::pthread_t, ThreadPolicy>>,
     watchdog: Duration,
-    /// `TAILOR_KERNEL_PARK=idle`: no admission wait (see `register`).
+    /// `park = "idle"`: no admission wait (see `register`).
     park_idle: bool,
     next_slot: AtomicUsize,
     description: String,
@@ -84,7 +84,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl KernelBackend {
     pub fn new(spec: &BackendSpec) -> Result<Self, RuntimeError> {
-        let BackendSpec::Kernel { table, watchdog_ms, fallback_policy, fallback_c } = spec else {
+        let BackendSpec::Kernel { table, watchdog_ms, fallback_policy, fallback_c, park } = spec else {
             unreachable!("KernelBackend::new with a non-kernel spec")
         };
         if !sys::has_cap_sys_nice() {
@@ -135,7 +135,7 @@ impl KernelBackend {
             job_threads: Mutex::new(HashMap::new()),
             io_threads: Mutex::new(HashMap::new()),
             spawned: Mutex::new(HashMap::new()),
-            park_idle: std::env::var("TAILOR_KERNEL_PARK").is_ok_and(|v| v == "idle"),
+            park_idle: *park == crate::config::Park::Idle,
             watchdog: Duration::from_millis(*watchdog_ms),
             next_slot: AtomicUsize::new(0),
             description,
@@ -199,14 +199,27 @@ impl KernelBackend {
         s.class.store(ctx.class as u32, Ordering::Relaxed);
         s.orig_policy.store(orig.policy, Ordering::Relaxed);
         s.orig_priority.store(orig.priority, Ordering::Relaxed);
-        // TAILOR_KERNEL_PARK=idle: the previous design (start at once above the band, the agent
-        // parks the job at SCHED_IDLE if it must wait), kept for side-by-side measurement.
-        s.admitted.store(u32::from(self.park_idle), Ordering::Relaxed);
         lock(&self.job_threads).insert(tid, orig);
-        // No priority change here: the agent sets band or SCHED_IDLE when it sees us,
-        // so there is exactly one writer of a registered job's policy.
+        // The fast path (see `table`): the node has room, so the policy runs us; we enter the
+        // band ourselves while CLAIMED, the only time before the job's end that we may. After
+        // RUNNABLE the agent is the one writer of this thread's policy.
+        let h = self.table.header();
+        let has_room = h.runnable.fetch_add(1, Ordering::SeqCst) < h.fast_limit.load(Ordering::SeqCst);
+        let fast = !self.park_idle && has_room && sys::set_policy(0, ThreadPolicy::fifo(BAND_PRIORITY)).is_ok();
+        // `park = "idle"`: the earlier design (start at once above the band, the agent parks
+        // the job at SCHED_IDLE if it must wait), kept for side-by-side measurement.
+        let admitted = match (fast, self.park_idle) {
+            (true, _) => table::SELF_ADMITTED,
+            (false, true) => table::ADMITTED,
+            (false, false) => table::WAITING,
+        };
+        s.admitted.store(admitted, Ordering::Relaxed);
         s.word.store(table::pack(generation, table::RUNNABLE), Ordering::SeqCst);
-        self.table.changed(slot);
+        if fast {
+            self.table.mark(slot);
+        } else {
+            self.table.changed(slot);
+        }
         Some(Registration { slot, generation, tid, orig })
     }
 
@@ -232,11 +245,13 @@ impl KernelBackend {
         // BLOCKED first and wait out any agent write in flight, so the agent cannot
         // overwrite this with the band or SCHED_IDLE.
         self.table.leave_runnable(reg.slot, reg.generation, table::BLOCKED);
+        self.table.header().runnable.fetch_sub(1, Ordering::SeqCst);
         let _ = sys::set_policy(0, ThreadPolicy::fifo(IO_PRIORITY));
         self.table.changed(reg.slot);
     }
 
     pub fn wake(&self, reg: &Registration) {
+        self.table.header().runnable.fetch_add(1, Ordering::SeqCst);
         self.table.slot(reg.slot).word.store(table::pack(reg.generation, table::RUNNABLE), Ordering::SeqCst);
         self.table.changed(reg.slot);
     }
@@ -245,6 +260,8 @@ impl KernelBackend {
         // FREE, then wait out any agent write in flight for this job: after that the
         // agent never writes this thread for this job, so our restore is the last word.
         self.table.leave_runnable(reg.slot, reg.generation, table::FREE);
+        let h = self.table.header();
+        let was_full = h.runnable.fetch_sub(1, Ordering::SeqCst) > h.fast_limit.load(Ordering::SeqCst);
         match sys::set_policy(0, reg.orig) {
             Ok(()) => Counters::add(&counters.priority_changes, 1),
             Err(e) => {
@@ -253,7 +270,12 @@ impl KernelBackend {
             }
         }
         lock(&self.job_threads).remove(&reg.tid);
-        self.table.changed(reg.slot);
+        // Someone waits for the CPU we leave: the agent must hear of it now.
+        if was_full {
+            self.table.changed(reg.slot);
+        } else {
+            self.table.mark(reg.slot);
+        }
     }
 
     pub fn io_thread_started(&self) -> Result<(), RuntimeError> {

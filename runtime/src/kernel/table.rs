@@ -27,6 +27,13 @@
 //!   kernel's fair server (Linux 6.12+: 50 ms per second per CPU at deadline priority)
 //!   runs starved fair tasks in one stretch, freezing the band, the I/O threads and the
 //!   agent on that CPU. Only a job preempted mid-run is parked at SCHED_IDLE.
+//! - **the fast path** (`Header::runnable`, `Header::fast_limit`): while fewer jobs are
+//!   runnable on the node than the policy runs at once, the policy's decision is known
+//!   (run it), so a new job puts itself in the band (while CLAIMED, when the agent never
+//!   writes it), marks its slot [`SELF_ADMITTED`] and sets its dirty bit without ringing;
+//!   a job that leaves while nobody waits does not ring either. The agent learns of both
+//!   at its next wake-up (the next ring or heartbeat), and the first arrival that finds
+//!   the node full rings as before, so every ordering decision is still the policy's.
 
 use std::fs::OpenOptions;
 use std::io;
@@ -44,6 +51,11 @@ pub const FREE: u64 = 0;
 pub const CLAIMED: u64 = 1;
 pub const RUNNABLE: u64 = 2;
 pub const BLOCKED: u64 = 3;
+
+/// `Slot::admitted`: waiting for the agent; admitted by it; put in the band by itself.
+pub const WAITING: u32 = 0;
+pub const ADMITTED: u32 = 1;
+pub const SELF_ADMITTED: u32 = 2;
 
 /// Agent states.
 pub const AGENT_STARTING: u32 = 0;
@@ -63,6 +75,11 @@ pub struct Header {
     pub doorbell: AtomicU32,
     /// 1 while the agent sleeps on `doorbell`: ringers skip the wake syscall otherwise.
     pub agent_sleeping: AtomicU32,
+    /// Jobs RUNNABLE on the node (kept by the job threads; a hint that errs high).
+    pub runnable: AtomicU32,
+    /// The agent's policy runs every runnable job while at most this many are runnable
+    /// (set by the agent; 0 = no fast path): see "the fast path" above.
+    pub fast_limit: AtomicU32,
 }
 
 #[repr(C, align(64))]
@@ -233,8 +250,14 @@ impl Table {
 
     /// Marks slot `i` changed and tells the agent.
     pub fn changed(&self, i: usize) {
-        self.dirty_word(i / 64).fetch_or(1 << (i % 64), Ordering::SeqCst);
+        self.mark(i);
         self.ring();
+    }
+
+    /// Sets slot `i`'s dirty bit without waking the agent: it reads the slot at its next
+    /// wake-up.
+    pub fn mark(&self, i: usize) {
+        self.dirty_word(i / 64).fetch_or(1 << (i % 64), Ordering::SeqCst);
     }
 
     /// Stores `state` for job `generation` of slot `i`, then waits until the agent is not
