@@ -26,10 +26,10 @@ enum FanoutCommand {
 #[derive(Args)]
 struct DemoArgs {
     /// Two-class configuration (its schemes, fan-outs, SLOs, search).
-    #[arg(long, default_value = "fanout/configs/tailguard-n100-two-class.toml")]
+    #[arg(long, default_value = "fanout/configs/masstree-two-class.toml")]
     config: PathBuf,
     /// Single-class configuration, run after the two-class one (`none` to skip).
-    #[arg(long, default_value = "fanout/configs/tailguard-n100-one-class.toml")]
+    #[arg(long, default_value = "fanout/configs/masstree-one-class.toml")]
     one_class: PathBuf,
     /// Short probes and a coarse search (about a minute; for tests).
     #[arg(long)]
@@ -47,7 +47,7 @@ struct DemoArgs {
 
 #[derive(Args)]
 struct CalibrateArgs {
-    #[arg(long, default_value = "fanout/configs/tailguard-n100-two-class.toml")]
+    #[arg(long, default_value = "fanout/configs/masstree-two-class.toml")]
     config: PathBuf,
     /// Max load of TF-EDFQ without admission [default: search for it first].
     #[arg(long)]

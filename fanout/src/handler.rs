@@ -373,7 +373,12 @@ impl Handler {
             loop {
                 tokio::time::sleep(every).await;
                 let Some(h) = weak.upgrade() else { return };
-                let _ = tokio::task::spawn_blocking(move || h.refresh_planner()).await;
+                let _ = tokio::task::spawn_blocking(move || {
+                    // Milliseconds of planning: never in the RT band the query path may run in.
+                    crate::timer::normal_priority();
+                    h.refresh_planner()
+                })
+                .await;
             }
         })
     }

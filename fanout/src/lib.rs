@@ -18,7 +18,9 @@ pub mod server;
 pub mod service;
 pub mod timer;
 
-pub use handler::{AdmissionConfig, Handler, HandlerConfig, Overhead, QueryError, QueryOutcome, QuerySpec, Queuing, Scheme};
+pub use handler::{
+    AdmissionConfig, Handler, HandlerConfig, Overhead, QueryError, QueryOutcome, QuerySpec, Queuing, Scheme,
+};
 pub use server::{TaskServer, TaskServerConfig};
 pub use timer::PreciseTimer;
 

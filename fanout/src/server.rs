@@ -145,7 +145,14 @@ impl TaskServer {
         let accept_shared = shared.clone();
         let accept = tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
+                let stream = match listener.accept().await {
+                    Ok((stream, _)) => stream,
+                    Err(_) => {
+                        // E.g. out of file descriptors: back off instead of spinning on the error.
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
                 let _ = stream.set_nodelay(true);
                 let s = accept_shared.clone();
                 tokio::spawn(async move {

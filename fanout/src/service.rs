@@ -37,7 +37,14 @@ pub async fn serve(
     let addr = listener.local_addr().map_err(|e| crate::Error::Io(e.to_string()))?;
     let task = tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    // E.g. out of file descriptors: back off instead of spinning on the error.
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
             let _ = stream.set_nodelay(true);
             let h = handler.clone();
             tokio::spawn(async move {

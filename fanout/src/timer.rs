@@ -153,6 +153,17 @@ pub fn raise_thread_priority() -> bool {
     }
 }
 
+/// Back to SCHED_OTHER at nice 0, for work that must not compete with the
+/// query path (the planner refresh on tokio's blocking pool, whose threads
+/// start at the workers' raised priority).
+pub fn normal_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: this thread only.
+    unsafe {
+        libc::sched_setscheduler(0, libc::SCHED_OTHER, &param);
+    }
+}
+
 fn run(inner: &Inner) {
     // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
     unsafe {
