@@ -350,7 +350,9 @@ impl<'t> Agent<'t> {
             match self.applied.get(&id) {
                 Some(&have) if have == want || (have, want) == (Level::Waiting, Level::Idle) => {}
                 // A new job that must wait already sleeps in its admission wait: no syscall.
-                None if want == Level::Idle && self.table.slot(i).admitted.load(Ordering::Acquire) == 0 => {
+                None if want == Level::Idle
+                    && self.table.slot(i).admitted.load(Ordering::Acquire) == table::WAITING =>
+                {
                     self.applied.insert(id, Level::Waiting);
                 }
                 _ => changes.push((id, want)),
@@ -414,7 +416,7 @@ impl<'t> Agent<'t> {
     /// Lets the thread of slot `i` out of its admission wait (a no-op once admitted).
     fn admit(&self, i: usize) {
         let admitted = &self.table.slot(i).admitted;
-        if admitted.swap(1, Ordering::AcqRel) == 0 {
+        if admitted.swap(table::ADMITTED, Ordering::AcqRel) == table::WAITING {
             sys::futex_wake(admitted);
         }
     }

@@ -229,12 +229,12 @@ impl KernelBackend {
     fn wait_for_admission(&self, reg: &Registration) -> u64 {
         const RECHECK: Duration = Duration::from_millis(20);
         let admitted = &self.table.slot(reg.slot).admitted;
-        if admitted.load(Ordering::Acquire) != 0 {
+        if admitted.load(Ordering::Acquire) != table::WAITING {
             return 0;
         }
         let start = Instant::now();
-        while admitted.load(Ordering::Acquire) == 0 && !self.fell_back() {
-            sys::futex_wait(admitted, 0, RECHECK);
+        while admitted.load(Ordering::Acquire) == table::WAITING && !self.fell_back() {
+            sys::futex_wait(admitted, table::WAITING, RECHECK);
         }
         start.elapsed().as_nanos() as u64
     }
