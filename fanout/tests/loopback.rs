@@ -193,15 +193,13 @@ fn a_task_server_serves_the_earliest_deadline_first() {
     assert_eq!((late, early), (1, 2), "fifo: arrival order");
 }
 
-#[test]
-fn admission_rejects_under_overload_and_recovers_after_it() {
-    let servers = start(&["servers", "--count", "2", "--policy", "edf", "--service-fixed-ms", "20"]);
-    let list = format!("{},{}", servers.addrs[0], servers.addrs[1]);
-    // SLO 60 ms, unloaded tail 20 ms: 40 ms of queueing budget, two tasks' worth.
-    let handler = start(&[
+/// A TF-EDFQ handler over `list` for the admission tests: SLO 60 ms, unloaded tail 20 ms,
+/// R_th 0.2 over a 1 s window, plus `extra` arguments.
+fn admission_handler(list: &str, extra: &[&str]) -> Proc {
+    let mut args = vec![
         "handler",
         "--servers",
-        &list,
+        list,
         "--scheme",
         "tf-edfq",
         "--slo-ms",
@@ -212,7 +210,17 @@ fn admission_rejects_under_overload_and_recovers_after_it() {
         "0.2",
         "--window-ms",
         "1000",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    start(&args)
+}
+
+#[test]
+fn admission_rejects_under_overload_and_recovers_after_it() {
+    let servers = start(&["servers", "--count", "2", "--policy", "edf", "--service-fixed-ms", "20"]);
+    let list = format!("{},{}", servers.addrs[0], servers.addrs[1]);
+    // SLO 60 ms, unloaded tail 20 ms: 40 ms of queueing budget, two tasks' worth.
+    let handler = admission_handler(&list, &[]);
     let h = handler.addrs[0];
     let query = move || http(h, "POST", "/query", &[("tailor-fanout", "2".into())]);
     assert_eq!(query().status, 200, "an idle system admits");
@@ -246,25 +254,7 @@ fn predicted_misses_reject_within_the_burst_that_causes_them() {
     for queuing in ["at-servers", "central"] {
         // SLO 60 ms, unloaded tail 20 ms: 40 ms of budget; the 4th task queued
         // at a server expects (3 − ½) × 20 ms = 50 ms of wait: a predicted miss.
-        let handler = start(&[
-            "handler",
-            "--servers",
-            &list,
-            "--scheme",
-            "tf-edfq",
-            "--queuing",
-            queuing,
-            "--slo-ms",
-            "60",
-            "--offline-fixed-ms",
-            "20",
-            "--r-th",
-            "0.2",
-            "--window-ms",
-            "1000",
-            "--predict-misses",
-            "true",
-        ]);
+        let handler = admission_handler(&list, &["--queuing", queuing, "--predict-misses", "true"]);
         let h = handler.addrs[0];
         let query = move || http(h, "POST", "/query", &[("tailor-fanout", "2".into())]);
         assert_eq!(query().status, 200, "{queuing}: an idle system admits");
