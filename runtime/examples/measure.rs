@@ -1,5 +1,6 @@
 //! Measures the runtime itself: per-request overhead of each backend, context parsing,
-//! the kernel agent's CPU cost per rotation at several slices, and how much CPU a
+//! the kernel path's cost on a saturated node (where jobs wait and hand CPUs on), the
+//! kernel agent's CPU cost per rotation at several slices, and how much CPU a
 //! SCHED_OTHER spinner still gets while the band saturates its CPU.
 //!
 //! `cargo run --release -p tailor-runtime --example measure` (kernel parts need
@@ -169,6 +170,48 @@ fn rotation_cost(slice_us: f64, jobs: usize, burn_ms: u64) -> (u64, u64, f64, f6
     (r.rotations, r.cpu_ns, r.cpu_ns as f64 / r.rotations.max(1) as f64, wall)
 }
 
+fn process_cpu_ns() -> u64 {
+    // SAFETY: getrusage with a valid out-pointer.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+    ns(ru.ru_utime) + ns(ru.ru_stime)
+}
+
+/// A saturated node, the case the fast path does not cover: `threads` domain threads
+/// (above the band between jobs, as pool threads are), each running `jobs` jobs of
+/// 200 µs CPU with one 100 µs downstream call in the middle, GATs in start order, on
+/// every CPU. Returns jobs per second and the CPU per job beyond its 200 µs of work, µs
+/// (the whole process, an in-process agent included).
+fn saturated_node(sched: &Scheduler, threads: usize, jobs: usize) -> (f64, f64) {
+    let next_gat = Arc::new(std::sync::atomic::AtomicU64::new(1));
+    let (t0, cpu0) = (Instant::now(), process_cpu_ns());
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (sched, next_gat) = (sched.clone(), next_gat.clone());
+            std::thread::spawn(move || {
+                sched.io_thread_started().unwrap();
+                for _ in 0..jobs {
+                    let gat = next_gat.fetch_add(1, Ordering::Relaxed);
+                    sched.run(&Context::stamped(gat), |p| {
+                        cpu::burn_cpu(100_000);
+                        p.blocked(|| std::thread::sleep(Duration::from_micros(100)));
+                        cpu::burn_cpu(100_000);
+                    });
+                }
+                sched.io_thread_stopped();
+            })
+        })
+        .collect();
+    handles.into_iter().for_each(|t| t.join().unwrap());
+    let (wall, cpu) = (t0.elapsed().as_secs_f64(), process_cpu_ns() - cpu0);
+    let n = (threads * jobs) as f64;
+    (n / wall, (cpu as f64 / n - 200_000.0) / 1e3)
+}
+
 fn main() {
     println!("context parse + clamp (hop, both carriers present): {:.0} ns", context_parse_ns());
     let none = quiet(BackendSpec::None);
@@ -208,6 +251,21 @@ fn main() {
             2 * (REQUESTS + 1_000),
             r.cpu_ns as f64 / r.arrivals.max(1) as f64,
             r.promotions
+        );
+    }
+    {
+        let (threads, jobs) = (6, 1_000);
+        let (rate, extra) = saturated_node(&none, threads, jobs);
+        println!(
+            "saturated node, {threads} threads × {jobs} jobs of 200 µs CPU + one 100 µs call, 2 CPUs: none: {rate:.0} jobs/s, {extra:.1} µs CPU per job beyond the work"
+        );
+        let agent = Agent::start("saturated", PolicySpec::Orf { c: 2, slice_us: 500.0 }, 2);
+        let k = quiet(BackendSpec::kernel(&agent.path));
+        let (rate, extra) = saturated_node(&k, threads, jobs);
+        let r = agent.stop();
+        println!(
+            "  kernel orf c=2: {rate:.0} jobs/s, {extra:.1} µs CPU per job beyond the work (agent {:.1} µs per job)\n  agent {r:?}",
+            r.cpu_ns as f64 / 1e3 / r.arrivals.max(1) as f64
         );
     }
     println!(

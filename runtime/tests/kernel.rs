@@ -139,6 +139,53 @@ fn scheduler(spec: BackendSpec) -> Scheduler {
     Scheduler::with_options(spec, SchedulerOptions { log: false, ..Default::default() }).unwrap()
 }
 
+/// A thread that runs one job of `gat` on CPU 0, burning `ms` of CPU, and records `name`
+/// in `finished` when the job ends; `started`: sent on after that many ms of the burn.
+/// Checks the thread's policy is back to what it was after the job.
+fn domain_job(
+    sched: &Scheduler,
+    finished: &Arc<Mutex<Vec<&'static str>>>,
+    name: &'static str,
+    gat: u64,
+    ms: u64,
+    started: Option<(mpsc::Sender<()>, u64)>,
+) -> std::thread::JoinHandle<()> {
+    let (sched, finished) = (sched.clone(), finished.clone());
+    std::thread::spawn(move || {
+        let before = sys::get_policy(0).unwrap();
+        // A domain thread, like a pool or I/O thread: it takes the request from
+        // above the band, so it can register while the band holds CPU 0. (Raised
+        // before pinning: pinned at SCHED_OTHER it could not even get to this line.)
+        sched.io_thread_started().unwrap();
+        pin_to_cpu0();
+        sched.run(&Context::stamped(gat), |_| {
+            let mut left = ms;
+            if let Some((tx, after_ms)) = started {
+                cpu::burn_cpu(after_ms * 1_000_000);
+                tx.send(()).unwrap();
+                left -= after_ms;
+            }
+            cpu::burn_cpu(left * 1_000_000);
+            finished.lock().unwrap().push(name);
+        });
+        sched.io_thread_stopped();
+        assert_eq!(sys::get_policy(0).unwrap(), before, "{name}: policy restored after the job");
+    })
+}
+
+/// Keeps the test's own threads off CPU 0 (see [`OffCpu0`]), or skips the test.
+macro_rules! off_cpu0_or_skip {
+    () => {
+        match OffCpu0::new() {
+            Some(guard) => guard,
+            None => {
+                eprintln!("SKIPPED: needs at least 2 CPUs (one for the band, one for the test's own threads)");
+                return;
+            }
+        }
+    };
+}
+
 /// A young request (GAT 2000) starts first and burns `young_ms` of CPU; once it has
 /// run a while, an older request (GAT 1000) arrives and burns `old_ms`. Both pinned to
 /// CPU 0. Returns the requests in the order they finished, and checks each thread's
@@ -146,33 +193,10 @@ fn scheduler(spec: BackendSpec) -> Scheduler {
 fn older_arrives_later(sched: &Scheduler, young_ms: u64, old_ms: u64) -> Vec<&'static str> {
     let finished = Arc::new(Mutex::new(Vec::new()));
     let (started_tx, started_rx) = mpsc::channel();
-    let job = |name: &'static str, gat: u64, ms: u64, started: Option<mpsc::Sender<()>>| {
-        let (sched, finished) = (sched.clone(), finished.clone());
-        std::thread::spawn(move || {
-            let before = sys::get_policy(0).unwrap();
-            // A domain thread, like a pool or I/O thread: it takes the request from
-            // above the band, so it can register while the band holds CPU 0. (Raised
-            // before pinning: pinned at SCHED_OTHER it could not even get to this line.)
-            sched.io_thread_started().unwrap();
-            pin_to_cpu0();
-            sched.run(&Context::stamped(gat), |_| {
-                if let Some(tx) = started {
-                    // Let it really run before the old one shows up.
-                    cpu::burn_cpu(10_000_000);
-                    tx.send(()).unwrap();
-                    cpu::burn_cpu(ms * 1_000_000 - 10_000_000);
-                } else {
-                    cpu::burn_cpu(ms * 1_000_000);
-                }
-                finished.lock().unwrap().push(name);
-            });
-            sched.io_thread_stopped();
-            assert_eq!(sys::get_policy(0).unwrap(), before, "{name}: policy restored after the job");
-        })
-    };
-    let young = job("young", 2_000, young_ms, Some(started_tx));
+    // Let the young one really run (10 ms) before the old one shows up.
+    let young = domain_job(sched, &finished, "young", 2_000, young_ms, Some((started_tx, 10)));
     started_rx.recv_timeout(Duration::from_secs(20)).expect("the young job starts");
-    let old = job("old", 1_000, old_ms, None);
+    let old = domain_job(sched, &finished, "old", 1_000, old_ms, None);
     young.join().unwrap();
     old.join().unwrap();
     let order = finished.lock().unwrap().clone();
@@ -183,10 +207,7 @@ fn older_arrives_later(sched: &Scheduler, young_ms: u64, old_ms: u64) -> Vec<&'s
 fn an_older_request_preempts_a_younger_one_in_the_band() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     require_kernel!();
-    let Some(_off_cpu0) = OffCpu0::new() else {
-        eprintln!("SKIPPED: needs at least 2 CPUs (one for the band, one for the test's own threads)");
-        return;
-    };
+    let _off_cpu0 = off_cpu0_or_skip!();
     let path = table_path("order");
     let _file = TableFile(path.clone());
     // Baseline, same scenario under the Linux default: CFS shares CPU 0, so the young
@@ -229,10 +250,7 @@ impl Drop for ChildAgent {
 fn killing_the_agent_restores_threads_and_falls_back_to_cooperative() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     require_kernel!();
-    let Some(_off_cpu0) = OffCpu0::new() else {
-        eprintln!("SKIPPED: needs at least 2 CPUs (one for the band, one for the test's own threads)");
-        return;
-    };
+    let _off_cpu0 = off_cpu0_or_skip!();
     let path = table_path("watchdog");
     let _file = TableFile(path.clone());
     let mut child = ChildAgent(
@@ -385,10 +403,7 @@ fn thousands_of_short_jobs_leave_no_priority_behind() {
 fn a_pool_thread_spawned_under_a_saturated_band_registers_at_once() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     require_kernel!();
-    let Some(_off_cpu0) = OffCpu0::new() else {
-        eprintln!("SKIPPED: needs at least 2 CPUs (one for the band, one for the test's own threads)");
-        return;
-    };
+    let _off_cpu0 = off_cpu0_or_skip!();
     let path = table_path("spawn");
     let _file = TableFile(path.clone());
     let agent = InProcessAgent::start(agent_config(&path, PolicySpec::Gfifo));
@@ -451,4 +466,38 @@ fn a_pool_thread_spawned_under_a_saturated_band_registers_at_once() {
         "the job ran at an RT level (the band, or the pool level the agent had not yet changed)"
     );
     assert_eq!((stats.admitted, stats.completed, stats.errors, stats.fallbacks), (1, 1, 0, 0), "{stats:?}");
+}
+
+/// A job that finishes on a full node starts the policy's next job itself (the hand-off):
+/// the oldest waiting job, not the first to arrive, and without the agent in between.
+#[test]
+fn a_finishing_job_hands_its_cpu_to_the_oldest_waiting_job() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    require_kernel!();
+    let _off_cpu0 = off_cpu0_or_skip!();
+    let path = table_path("handoff");
+    let _file = TableFile(path.clone());
+    // Non-preemptive GAT order, no ticks: after the arrivals, only hand-offs and the
+    // heartbeat can start a job.
+    let agent = InProcessAgent::start(agent_config(&path, PolicySpec::Gfifo));
+    let sched = scheduler(BackendSpec::kernel(&path));
+    let finished = Arc::new(Mutex::new(Vec::new()));
+    let (started_tx, started_rx) = mpsc::channel();
+    let first = domain_job(&sched, &finished, "first", 1_000, 50, Some((started_tx, 0)));
+    started_rx.recv_timeout(Duration::from_secs(20)).expect("the first job starts");
+    // Both wait while the first runs; the younger one arrives first.
+    let young = domain_job(&sched, &finished, "young", 3_000, 50, None);
+    std::thread::sleep(Duration::from_millis(5));
+    let old = domain_job(&sched, &finished, "old", 2_000, 50, None);
+    for t in [first, young, old] {
+        t.join().unwrap();
+    }
+    let stats = sched.stats();
+    let report = agent.stop();
+    let order = finished.lock().unwrap().clone();
+    eprintln!("hand-off test: order {order:?}; agent {report:?}");
+    assert_eq!(order, ["first", "old", "young"], "GAT order across the hand-offs; {report:?}");
+    assert_eq!(report.handoffs, 2, "each finishing job started the next itself; {report:?}");
+    assert_eq!((stats.admitted, stats.completed, stats.errors, stats.fallbacks), (3, 3, 0, 0), "{stats:?}");
+    assert_eq!(report.errors, 0, "{report:?}");
 }

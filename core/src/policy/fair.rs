@@ -47,6 +47,7 @@ impl Slot {
 }
 
 /// CFS-like vruntime scheduling over one global queue; see the module docs.
+#[derive(Clone)]
 pub struct Fair {
     min_granularity: Nanos,
     latency: Nanos,

@@ -228,6 +228,9 @@ impl PolicySpec {
 /// Any built-in policy, dispatched by `match` rather than a vtable: the
 /// simulator calls its policies several times per event, and a `match` lets
 /// the compiler inline those calls. Behaviour is exactly the wrapped policy's.
+/// `Clone` lets a caller ask "what would the policy do if…" on a copy (the kernel
+/// backend's agent does, to publish each running job's successor).
+#[derive(Clone)]
 pub enum AnyPolicy {
     Orf(Orf),
     Rr(RoundRobin),

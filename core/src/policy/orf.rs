@@ -96,7 +96,7 @@ impl Ord for Waiter {
 /// out-of-order rest goes to a binary heap; the oldest is at the front of one
 /// or the other. Same order as one heap, a fraction of the cost when
 /// thousands wait.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Outside {
     /// Sorted, oldest at the front.
     run: VecDeque<Waiter>,
@@ -174,6 +174,7 @@ struct Slot {
 }
 
 /// Oldest Request First; see the module docs.
+#[derive(Clone)]
 pub struct Orf {
     cap: usize,
     slice: Nanos,

@@ -39,6 +39,7 @@ pub enum Discipline {
 }
 
 /// The waiting jobs, in the structure that makes the discipline's pick cheap.
+#[derive(Clone)]
 enum Waiting {
     /// Fifo pops the front, lifo the back; both push at the back.
     Arrival { lifo: bool, queue: VecDeque<JobId> },
@@ -92,6 +93,7 @@ impl Waiting {
 /// fill the lowest idle CPU (if any, else the job waits), `complete` and
 /// `block` refill only the CPU the job left. The simulator relies on this to
 /// sync one CPU instead of diffing them all; keep it true.
+#[derive(Clone)]
 pub struct NonPreemptive {
     name: &'static str,
     running: Vec<Option<JobId>>,

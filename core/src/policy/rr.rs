@@ -45,6 +45,7 @@ pub(super) fn slice_end_after(end: Nanos, now: Nanos, slice: Nanos) -> Nanos {
 }
 
 /// Round-robin with one central queue; see the module docs.
+#[derive(Clone)]
 pub struct RoundRobin {
     name: &'static str,
     slice: Nanos,

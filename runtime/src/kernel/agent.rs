@@ -26,6 +26,9 @@ use crate::RuntimeError;
 pub const HEARTBEAT: Duration = Duration::from_millis(20);
 /// How often registered threads are checked for death (ESRCH).
 const REAP_EVERY: Nanos = 100_000_000;
+/// How soon the agent looks again at a job whose hand-off is in flight (it does not
+/// write that thread meanwhile): a woken thread needs a few µs to take the band.
+const HANDOFF_RECHECK: Duration = Duration::from_micros(100);
 
 /// What the agent runs.
 #[derive(Clone, Debug)]
@@ -54,6 +57,8 @@ pub struct AgentReport {
     pub wakeups: u64,
     /// Jobs that put themselves in the band on the fast path (no ring, no agent syscall).
     pub self_admitted: u64,
+    /// Waiting jobs started by a leaving job's hand-off (no agent wake-up on the way).
+    pub handoffs: u64,
     pub reaped: u64,
     pub errors: u64,
     /// CPU time the agent thread used, ns.
@@ -169,6 +174,10 @@ struct Agent<'t> {
     /// The level the agent last set for each runnable job. A job that blocks raises
     /// itself above the band (so it can ring when it wakes) and leaves this map.
     applied: HashMap<JobId, Level>,
+    /// Slots whose `successor` the agent last set non-zero (see `table`, "the hand-off").
+    published: HashMap<usize, u64>,
+    /// A hand-off was in flight at the last `apply`: look again soon.
+    handoff_in_flight: bool,
     report: AgentReport,
     logged_errors: u32,
     /// `TAILOR_AGENT_TRACE` set: print every arrival and tick (debugging only).
@@ -183,6 +192,8 @@ impl<'t> Agent<'t> {
             table,
             driver,
             applied: HashMap::new(),
+            published: HashMap::new(),
+            handoff_in_flight: false,
             report: AgentReport::default(),
             logged_errors: 0,
             trace: std::env::var_os("TAILOR_AGENT_TRACE").is_some(),
@@ -220,6 +231,7 @@ impl<'t> Agent<'t> {
                 next_reap = now + REAP_EVERY;
             }
             self.apply();
+            self.publish_successors(now);
             if verbose && now >= next_log {
                 next_log = now + 1_000_000_000;
                 eprintln!("tailor agent: {:?} waiting={}", self.report, self.driver.waiting());
@@ -227,7 +239,10 @@ impl<'t> Agent<'t> {
             // Sleep until the doorbell rings, the policy's next tick, or the heartbeat.
             let now = monotonic_ns();
             let until_tick = self.driver.next_tick().map(|t| t.saturating_sub(now));
-            let timeout = until_tick.map_or(HEARTBEAT, |t| HEARTBEAT.min(Duration::from_nanos(t)));
+            let mut timeout = until_tick.map_or(HEARTBEAT, |t| HEARTBEAT.min(Duration::from_nanos(t)));
+            if self.handoff_in_flight {
+                timeout = timeout.min(HANDOFF_RECHECK);
+            }
             if timeout.is_zero() {
                 continue;
             }
@@ -315,12 +330,8 @@ impl<'t> Agent<'t> {
                     deadline: slot.deadline.load(Ordering::Relaxed),
                     class: slot.class.load(Ordering::Relaxed) as u8,
                 };
+                // One that put itself in the band on the fast path: `apply` sees its `admitted`.
                 self.driver.arrive(now, job);
-                if state == table::RUNNABLE && slot.admitted.load(Ordering::Acquire) == table::SELF_ADMITTED {
-                    // It put itself in the band on the fast path.
-                    self.applied.insert(id, Level::Band);
-                    self.report.self_admitted += 1;
-                }
                 if self.trace {
                     eprintln!(
                         "agent: t={now} arrive {job:?} running={:?} next_tick={:?}",
@@ -343,10 +354,39 @@ impl<'t> Agent<'t> {
     fn apply(&mut self) {
         let running: Vec<JobId> = self.driver.running().iter().flatten().copied().collect();
         let mut changes: Vec<(JobId, Level)> = Vec::new();
+        self.handoff_in_flight = false;
         for &i in &self.live {
             let Some(r) = self.registered[i].filter(|r| r.state == table::RUNNABLE) else { continue };
             let id = job_id(i, r.generation);
             let want = if running.contains(&id) { Level::Band } else { Level::Idle };
+            let have = self.applied.get(&id).copied();
+            if matches!(have, None | Some(Level::Waiting)) {
+                // Started without us: by a hand-off (Waiting), or on the fast path (None: a
+                // new job, or one back from a block).
+                match self.table.slot(i).admitted.load(Ordering::Acquire) {
+                    table::HANDED => {
+                        // Its own write to the band is in flight: no write of ours may race it.
+                        self.handoff_in_flight = true;
+                        continue;
+                    }
+                    table::SELF_ADMITTED => {
+                        if have == Some(Level::Waiting) {
+                            self.report.handoffs += 1;
+                        } else {
+                            self.report.self_admitted += 1;
+                        }
+                        self.applied.insert(id, Level::Band);
+                        if want == Level::Idle {
+                            // The job that made room for it may have left after this pass's
+                            // scan (it marks its slot before it makes room, so the next scan
+                            // has it): judge it then, not on a stale view.
+                            self.handoff_in_flight = true;
+                            continue;
+                        }
+                    }
+                    _ => {}
+                }
+            }
             match self.applied.get(&id) {
                 Some(&have) if have == want || (have, want) == (Level::Waiting, Level::Idle) => {}
                 // A new job that must wait already sleeps in its admission wait: no syscall.
@@ -411,6 +451,39 @@ impl<'t> Agent<'t> {
             return None;
         }
         Some(r.tid)
+    }
+
+    /// Publishes in each running job's slot the job the policy runs next if it leaves
+    /// (see `table`, "the hand-off"): only while jobs wait, and only a successor asleep in
+    /// its admission wait, the one kind a leaving job can start by waking it.
+    fn publish_successors(&mut self, now: Nanos) {
+        let mut next: HashMap<usize, u64> = HashMap::new();
+        if self.driver.waiting() > 0 {
+            for &id in self.driver.running().iter().flatten() {
+                if self.applied.get(&id) != Some(&Level::Band) {
+                    continue;
+                }
+                let Some(s) = self.driver.successor(now, id) else { continue };
+                let i = slot_of(s);
+                let asleep = self.applied.get(&s) == Some(&Level::Waiting)
+                    && self.table.slot(i).admitted.load(Ordering::Acquire) == table::WAITING;
+                if let (true, Some(r)) = (asleep, self.registered[i]) {
+                    next.insert(slot_of(id), table::pack_successor(i, r.generation));
+                }
+            }
+        }
+        for (&slot, &old) in &self.published {
+            if !next.contains_key(&slot) {
+                // Only if still ours: the slot's next job clears it itself when it claims.
+                let _ = self.table.slot(slot).successor.compare_exchange(old, 0, Ordering::SeqCst, Ordering::Relaxed);
+            }
+        }
+        for (&slot, &value) in &next {
+            if self.published.get(&slot) != Some(&value) {
+                self.table.slot(slot).successor.store(value, Ordering::SeqCst);
+            }
+        }
+        self.published = next;
     }
 
     /// Lets the thread of slot `i` out of its admission wait (a no-op once admitted).

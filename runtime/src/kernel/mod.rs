@@ -199,6 +199,7 @@ impl KernelBackend {
         s.class.store(ctx.class as u32, Ordering::Relaxed);
         s.orig_policy.store(orig.policy, Ordering::Relaxed);
         s.orig_priority.store(orig.priority, Ordering::Relaxed);
+        s.successor.store(0, Ordering::Relaxed);
         lock(&self.job_threads).insert(tid, orig);
         // The fast path (see `table`): the node has room, so the policy runs us; we enter the
         // band ourselves while CLAIMED, the only time before the job's end that we may. After
@@ -223,9 +224,10 @@ impl KernelBackend {
         Some(Registration { slot, generation, tid, orig })
     }
 
-    /// Sleeps until the agent admits the new job (see `table`, "the admission wait"), or
-    /// this process falls back; returns the ns waited. The recheck bounds the wait on an
-    /// agent that died without waking us to the watchdog's reaction time.
+    /// Sleeps until the agent admits the new job (see `table`, "the admission wait"), a
+    /// leaving job hands it its CPU ("the hand-off"), or this process falls back; returns
+    /// the ns waited. The recheck bounds the wait on an agent that died without waking us
+    /// to the watchdog's reaction time.
     fn wait_for_admission(&self, reg: &Registration) -> u64 {
         const RECHECK: Duration = Duration::from_millis(20);
         let admitted = &self.table.slot(reg.slot).admitted;
@@ -236,7 +238,50 @@ impl KernelBackend {
         while admitted.load(Ordering::Acquire) == table::WAITING && !self.fell_back() {
             sys::futex_wait(admitted, table::WAITING, RECHECK);
         }
+        if admitted.load(Ordering::Acquire) == table::HANDED && !self.fell_back() {
+            // The agent does not write us while HANDED: this write cannot overtake one of
+            // its. If the band refuses us, we still run (above it, as the agent's fallback
+            // would have us) and it corrects us at its next pass.
+            let _ = sys::set_policy(0, ThreadPolicy::fifo(BAND_PRIORITY));
+            let _ = admitted.compare_exchange(table::HANDED, table::SELF_ADMITTED, Ordering::AcqRel, Ordering::Relaxed);
+            self.table.mark(reg.slot);
+        }
         start.elapsed().as_nanos() as u64
+    }
+
+    /// Job `reg` leaves RUNNABLE for `state` (BLOCKED or FREE); returns whether jobs
+    /// were waiting for a CPU. The dirty bit is set before the CPU is given away (by the
+    /// hand-off, or as room a new job finds): an agent that finds a job started in this
+    /// one's place also finds, by its next scan, that this one left.
+    fn leave_band(&self, reg: &Registration, state: u64) -> bool {
+        self.table.leave_runnable(reg.slot, reg.generation, state);
+        self.table.mark(reg.slot);
+        let h = self.table.header();
+        h.runnable.fetch_sub(1, Ordering::SeqCst) > h.fast_limit.load(Ordering::SeqCst)
+    }
+
+    /// After [`Self::leave_band`], with `successor` read from the slot before: if jobs
+    /// waited, hand the CPU to the policy's successor ourselves, or ring the agent.
+    fn cpu_freed(&self, successor: u64, was_full: bool) {
+        if was_full && !self.hand_off(successor) {
+            self.table.ring();
+        }
+    }
+
+    /// Claims the successor the agent published (see `table`, "the hand-off") and wakes it.
+    fn hand_off(&self, successor: u64) -> bool {
+        let Some((i, generation_bits)) = table::unpack_successor(successor) else { return false };
+        if i >= self.table.slots() || self.fell_back() {
+            return false;
+        }
+        let s = self.table.slot(i);
+        if !table::is_runnable_successor(s.word.load(Ordering::SeqCst), generation_bits)
+            || s.admitted.compare_exchange(table::WAITING, table::HANDED, Ordering::AcqRel, Ordering::Relaxed).is_err()
+        {
+            return false;
+        }
+        sys::futex_wake(&s.admitted);
+        true
     }
 
     pub fn block(&self, reg: &Registration) {
@@ -244,24 +289,38 @@ impl KernelBackend {
         // ring the agent even if the band is saturated (the agent then moves us).
         // BLOCKED first and wait out any agent write in flight, so the agent cannot
         // overwrite this with the band or SCHED_IDLE.
-        self.table.leave_runnable(reg.slot, reg.generation, table::BLOCKED);
-        self.table.header().runnable.fetch_sub(1, Ordering::SeqCst);
+        let successor = self.table.slot(reg.slot).successor.load(Ordering::SeqCst);
+        let was_full = self.leave_band(reg, table::BLOCKED);
         let _ = sys::set_policy(0, ThreadPolicy::fifo(IO_PRIORITY));
-        self.table.changed(reg.slot);
+        self.cpu_freed(successor, was_full);
     }
 
     pub fn wake(&self, reg: &Registration) {
-        self.table.header().runnable.fetch_add(1, Ordering::SeqCst);
-        self.table.slot(reg.slot).word.store(table::pack(reg.generation, table::RUNNABLE), Ordering::SeqCst);
-        self.table.changed(reg.slot);
+        // As a new job: with room on the node, back into the band by ourselves (while
+        // BLOCKED, when the agent never writes us); else ring, running above the band
+        // until the agent moves us.
+        let h = self.table.header();
+        let has_room = h.runnable.fetch_add(1, Ordering::SeqCst) < h.fast_limit.load(Ordering::SeqCst);
+        let fast = !self.park_idle
+            && has_room
+            && !self.fell_back()
+            && sys::set_policy(0, ThreadPolicy::fifo(BAND_PRIORITY)).is_ok();
+        let s = self.table.slot(reg.slot);
+        s.admitted.store(if fast { table::SELF_ADMITTED } else { table::ADMITTED }, Ordering::Relaxed);
+        s.word.store(table::pack(reg.generation, table::RUNNABLE), Ordering::SeqCst);
+        if fast {
+            self.table.mark(reg.slot);
+        } else {
+            self.table.changed(reg.slot);
+        }
     }
 
     pub fn leave(&self, reg: &Registration, counters: &Counters) {
         // FREE, then wait out any agent write in flight for this job: after that the
         // agent never writes this thread for this job, so our restore is the last word.
-        self.table.leave_runnable(reg.slot, reg.generation, table::FREE);
-        let h = self.table.header();
-        let was_full = h.runnable.fetch_sub(1, Ordering::SeqCst) > h.fast_limit.load(Ordering::SeqCst);
+        // The successor first: once FREE, the slot may be claimed and cleared.
+        let successor = self.table.slot(reg.slot).successor.load(Ordering::SeqCst);
+        let was_full = self.leave_band(reg, table::FREE);
         match sys::set_policy(0, reg.orig) {
             Ok(()) => Counters::add(&counters.priority_changes, 1),
             Err(e) => {
@@ -270,12 +329,7 @@ impl KernelBackend {
             }
         }
         lock(&self.job_threads).remove(&reg.tid);
-        // Someone waits for the CPU we leave: the agent must hear of it now.
-        if was_full {
-            self.table.changed(reg.slot);
-        } else {
-            self.table.mark(reg.slot);
-        }
+        self.cpu_freed(successor, was_full);
     }
 
     pub fn io_thread_started(&self) -> Result<(), RuntimeError> {

@@ -34,6 +34,20 @@
 //!   a job that leaves while nobody waits does not ring either. The agent learns of both
 //!   at its next wake-up (the next ring or heartbeat), and the first arrival that finds
 //!   the node full rings as before, so every ordering decision is still the policy's.
+//!   A job that wakes from a blocking call while the node has room re-enters the band
+//!   the same way (while BLOCKED, when the agent never writes it).
+//! - **the hand-off** (`Slot::successor`): while jobs wait, the agent publishes in each
+//!   running job's slot the job its policy would run next if that one left (asked of a
+//!   copy of the policy). A running job that blocks or finishes on a full node claims
+//!   that successor itself (`admitted`: [`WAITING`] → [`HANDED`], a CAS, so one claimer
+//!   wins), wakes it and only marks its own slot: the successor puts itself in the band
+//!   and stores [`SELF_ADMITTED`]. No agent wake-up and no cross-CPU priority write sit
+//!   between a CPU coming free and the next job starting on it. While a successor is
+//!   [`HANDED`] the agent does not write its thread (it rechecks shortly), so the job's
+//!   own write cannot land after an agent write. A published successor can be stale by
+//!   one agent pass (an older job arrived since); the agent then parks the successor at
+//!   its next pass, as it would any job the policy stops running. If the claim fails
+//!   (no successor, already admitted, claimed by another) the leaving job rings as before.
 
 use std::fs::OpenOptions;
 use std::io;
@@ -42,7 +56,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TAILORSC");
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// Default number of slots: concurrent jobs on the node, all processes together.
 pub const DEFAULT_SLOTS: u32 = 1024;
 
@@ -52,10 +66,12 @@ pub const CLAIMED: u64 = 1;
 pub const RUNNABLE: u64 = 2;
 pub const BLOCKED: u64 = 3;
 
-/// `Slot::admitted`: waiting for the agent; admitted by it; put in the band by itself.
+/// `Slot::admitted`: waiting for the agent; admitted by it; put in the band by itself;
+/// handed a CPU by a leaving job and about to put itself in the band.
 pub const WAITING: u32 = 0;
 pub const ADMITTED: u32 = 1;
 pub const SELF_ADMITTED: u32 = 2;
+pub const HANDED: u32 = 3;
 
 /// Agent states.
 pub const AGENT_STARTING: u32 = 0;
@@ -93,11 +109,37 @@ pub struct Slot {
     /// The thread's policy before the job: what the agent restores if it must.
     pub orig_policy: AtomicI32,
     pub orig_priority: AtomicI32,
-    /// 0 while the job's thread waits to be admitted (futex on this word); the agent sets
-    /// 1 and wakes it once the thread is in the band (or when the agent stops).
+    /// [`WAITING`] while the job's thread waits to be admitted (futex on this word); the
+    /// agent sets [`ADMITTED`] and wakes it once the thread is in the band (or when the
+    /// agent stops), or a leaving job sets [`HANDED`] (see "the hand-off").
     pub admitted: AtomicU32,
     /// The generation whose thread the agent is re-prioritising right now (0 = none).
     pub agent_busy: AtomicU64,
+    /// Written by the agent while this job runs and others wait: the job the policy
+    /// runs next if this one leaves ([`pack_successor`]; 0 = none, ring the agent).
+    pub successor: AtomicU64,
+}
+
+/// Generation bits kept in a successor: enough to tell a slot's jobs apart across the
+/// few microseconds between the agent's publish and a claim.
+const SUCCESSOR_GENERATION_BITS: u32 = 40;
+
+/// The successor value naming job `generation` of slot `slot`.
+pub fn pack_successor(slot: usize, generation: u64) -> u64 {
+    ((slot as u64 + 1) << SUCCESSOR_GENERATION_BITS) | (generation & ((1 << SUCCESSOR_GENERATION_BITS) - 1))
+}
+
+/// `(slot, generation bits)` of a successor value, or `None` for 0.
+pub fn unpack_successor(value: u64) -> Option<(usize, u64)> {
+    let slot = (value >> SUCCESSOR_GENERATION_BITS) as usize;
+    (slot > 0).then(|| (slot - 1, value & ((1 << SUCCESSOR_GENERATION_BITS) - 1)))
+}
+
+/// Whether a slot word belongs to the job a successor names (`generation_bits` from
+/// [`unpack_successor`]) and that job is RUNNABLE.
+pub fn is_runnable_successor(word: u64, generation_bits: u64) -> bool {
+    let (generation, state) = unpack(word);
+    state == RUNNABLE && generation & ((1 << SUCCESSOR_GENERATION_BITS) - 1) == generation_bits
 }
 
 pub fn pack(generation: u64, state: u64) -> u64 {
