@@ -55,6 +55,9 @@ pub struct AgentReport {
     /// Decisions that changed the running set (each costs one or two syscalls per thread).
     pub rotations: u64,
     pub wakeups: u64,
+    /// Of those, wake-ups that found the doorbell rung (the rest were the policy's tick,
+    /// a hand-off recheck or the heartbeat).
+    pub rung: u64,
     /// Jobs that put themselves in the band on the fast path (no ring, no agent syscall).
     pub self_admitted: u64,
     /// Waiting jobs started by a leaving job's hand-off (no agent wake-up on the way).
@@ -252,6 +255,9 @@ impl<'t> Agent<'t> {
             }
             h.agent_sleeping.store(0, Ordering::SeqCst);
             self.report.wakeups += 1;
+            if h.doorbell.load(Ordering::Relaxed) != bell {
+                self.report.rung += 1;
+            }
         }
         self.report.wall_ns = monotonic_ns() - start_wall;
         self.report.cpu_ns = thread_cpu_ns() - start_cpu;
