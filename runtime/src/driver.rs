@@ -166,8 +166,10 @@ mod tests {
         Job { id, gat, deadline: tailor_core::time::NEVER, class: 0 }
     }
 
-    /// The hand-off rests on this: the successor named for a completion is the job that
-    /// really starts when the job completes, and also when it blocks instead.
+    /// The kernel backend rests on this: the successor named for a completion is the job
+    /// that really starts when the job completes, and also when it blocks instead (the
+    /// hand-off); and on a full node no arrival or wake-up changes the running set at once
+    /// (a job that finds the node full waits asleep for the agent or a hand-off).
     #[test]
     fn the_successor_starts_whether_the_running_job_completes_or_blocks() {
         let specs = [
@@ -193,12 +195,20 @@ mod tests {
             let (mut next_id, mut now, mut blocked) = (1u64, 0u64, Vec::new());
             for _ in 0..3_000 {
                 now += 1 + draw(200_000);
+                let full = d.running().iter().all(Option::is_some);
+                let running_before = d.running().to_vec();
                 match draw(10) {
                     0..=3 => {
                         let job =
                             Job { id: next_id, gat: draw(1_000_000), deadline: draw(1_000_000), class: draw(3) as u8 };
                         d.arrive(now, job);
                         next_id += 1;
+                        // The kernel backend lets a job that finds the node full wait asleep.
+                        assert!(
+                            !full || d.running() == running_before,
+                            "{}: an arrival preempted at once",
+                            spec.name()
+                        );
                     }
                     4 | 5 => {
                         if let Some(&id) = d.running().iter().flatten().next() {
@@ -209,6 +219,7 @@ mod tests {
                     6 if !blocked.is_empty() => {
                         let id = blocked.swap_remove(draw(blocked.len() as u64) as usize);
                         d.wake(now, id);
+                        assert!(!full || d.running() == running_before, "{}: a wake-up preempted at once", spec.name());
                     }
                     7 => d.tick(now),
                     _ => {

@@ -308,13 +308,14 @@ impl Permit {
                     _ => unreachable!("kernel job under another backend"),
                 };
                 k.block(reg);
-                struct Rewake<'a>(&'a KernelBackend, &'a kernel::Registration);
+                struct Rewake<'a>(&'a KernelBackend, &'a kernel::Registration, &'a Counters);
                 impl Drop for Rewake<'_> {
                     fn drop(&mut self) {
-                        self.0.wake(self.1);
+                        let waited = self.0.wake(self.1);
+                        Counters::add(&self.2.waited_ns, waited);
                     }
                 }
-                let _rewake = Rewake(k, reg);
+                let _rewake = Rewake(k, reg, counters);
                 f()
             }
         }

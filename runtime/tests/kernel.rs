@@ -501,3 +501,50 @@ fn a_finishing_job_hands_its_cpu_to_the_oldest_waiting_job() {
     assert_eq!((stats.admitted, stats.completed, stats.errors, stats.fallbacks), (3, 3, 0, 0), "{stats:?}");
     assert_eq!(report.errors, 0, "{report:?}");
 }
+
+/// A job whose blocking call returns while the node is full waits asleep for its turn:
+/// it is not left running above the band for the agent to demote (no demotion at all),
+/// and the job holding the CPU hands it over when it finishes.
+#[test]
+fn a_job_waking_on_a_full_node_waits_asleep_and_is_handed_the_cpu() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    require_kernel!();
+    let _off_cpu0 = off_cpu0_or_skip!();
+    let path = table_path("wake");
+    let _file = TableFile(path.clone());
+    let agent = InProcessAgent::start(agent_config(&path, PolicySpec::Gfifo));
+    let sched = scheduler(BackendSpec::kernel(&path));
+    let finished = Arc::new(Mutex::new(Vec::new()));
+    let (blocked_tx, blocked_rx) = mpsc::channel();
+    let caller = {
+        let (sched, finished) = (sched.clone(), finished.clone());
+        std::thread::spawn(move || {
+            sched.io_thread_started().unwrap();
+            pin_to_cpu0();
+            sched.run(&Context::stamped(500), |permit| {
+                permit.blocked(|| {
+                    blocked_tx.send(()).unwrap();
+                    // The downstream call: returns while `busy` holds the CPU.
+                    std::thread::sleep(Duration::from_millis(30));
+                });
+                cpu::burn_cpu(10_000_000);
+                finished.lock().unwrap().push("caller");
+            });
+            sched.io_thread_stopped();
+        })
+    };
+    blocked_rx.recv_timeout(Duration::from_secs(20)).expect("the caller blocks");
+    // Younger, and non-preemptive order: it keeps the CPU until it is done.
+    let busy = domain_job(&sched, &finished, "busy", 1_000, 100, None);
+    caller.join().unwrap();
+    busy.join().unwrap();
+    let stats = sched.stats();
+    let report = agent.stop();
+    let order = finished.lock().unwrap().clone();
+    eprintln!("wake test: order {order:?}; agent {report:?}; {stats:?}");
+    assert_eq!(order, ["busy", "caller"], "gfifo does not preempt; {report:?}");
+    assert_eq!(report.demotions, 0, "the woken caller never ran outside its turn; {report:?}");
+    assert!(report.handoffs >= 1, "busy handed its CPU to the waiting caller; {report:?}");
+    assert!(stats.waited_ns >= 30_000_000, "the caller waited for busy after its call: {stats:?}");
+    assert_eq!((stats.completed, stats.errors, stats.fallbacks), (2, 0, 0), "{stats:?}");
+}

@@ -58,9 +58,11 @@ pub struct AgentReport {
     /// Of those, wake-ups that found the doorbell rung (the rest were the policy's tick,
     /// a hand-off recheck or the heartbeat).
     pub rung: u64,
-    /// Jobs that put themselves in the band on the fast path (no ring, no agent syscall).
+    /// Jobs the agent saw in the band by the fast path (no ring, no agent syscall); a
+    /// job that ends before the agent's next pass is not seen, so this errs low.
     pub self_admitted: u64,
-    /// Waiting jobs started by a leaving job's hand-off (no agent wake-up on the way).
+    /// Waiting jobs started by a leaving job's hand-off (no agent wake-up on the way),
+    /// counted by the jobs in the table header.
     pub handoffs: u64,
     pub reaped: u64,
     pub errors: u64,
@@ -259,6 +261,7 @@ impl<'t> Agent<'t> {
                 self.report.rung += 1;
             }
         }
+        self.report.handoffs = h.handoffs.load(Ordering::Relaxed);
         self.report.wall_ns = monotonic_ns() - start_wall;
         self.report.cpu_ns = thread_cpu_ns() - start_cpu;
     }
@@ -376,9 +379,7 @@ impl<'t> Agent<'t> {
                         continue;
                     }
                     table::SELF_ADMITTED => {
-                        if have == Some(Level::Waiting) {
-                            self.report.handoffs += 1;
-                        } else {
+                        if have.is_none() {
                             self.report.self_admitted += 1;
                         }
                         self.applied.insert(id, Level::Band);

@@ -281,6 +281,7 @@ impl KernelBackend {
             return false;
         }
         sys::futex_wake(&s.admitted);
+        self.table.header().handoffs.fetch_add(1, Ordering::Relaxed);
         true
     }
 
@@ -295,23 +296,34 @@ impl KernelBackend {
         self.cpu_freed(successor, was_full);
     }
 
-    pub fn wake(&self, reg: &Registration) {
+    /// The job's blocking call returned; returns the ns it then waited to run again.
+    pub fn wake(&self, reg: &Registration) -> u64 {
         // As a new job: with room on the node, back into the band by ourselves (while
-        // BLOCKED, when the agent never writes us); else ring, running above the band
-        // until the agent moves us.
+        // BLOCKED, when the agent never writes us); else ring and wait to be admitted
+        // (or handed a CPU). On a full node no policy here runs a waking job at once
+        // (orf preempts at slice ends, the others never), so waiting asleep costs it
+        // nothing and spares the agent a demotion of a thread running above the band.
         let h = self.table.header();
         let has_room = h.runnable.fetch_add(1, Ordering::SeqCst) < h.fast_limit.load(Ordering::SeqCst);
         let fast = !self.park_idle
             && has_room
             && !self.fell_back()
             && sys::set_policy(0, ThreadPolicy::fifo(BAND_PRIORITY)).is_ok();
+        let admitted = match (fast, self.park_idle) {
+            (true, _) => table::SELF_ADMITTED,
+            // `park = "idle"`: run on above the band; the agent parks us if it must.
+            (false, true) => table::ADMITTED,
+            (false, false) => table::WAITING,
+        };
         let s = self.table.slot(reg.slot);
-        s.admitted.store(if fast { table::SELF_ADMITTED } else { table::ADMITTED }, Ordering::Relaxed);
+        s.admitted.store(admitted, Ordering::Relaxed);
         s.word.store(table::pack(reg.generation, table::RUNNABLE), Ordering::SeqCst);
         if fast {
             self.table.mark(reg.slot);
+            0
         } else {
             self.table.changed(reg.slot);
+            self.wait_for_admission(reg)
         }
     }
 

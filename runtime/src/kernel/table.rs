@@ -96,6 +96,8 @@ pub struct Header {
     /// The agent's policy runs every runnable job while at most this many are runnable
     /// (set by the agent; 0 = no fast path): see "the fast path" above.
     pub fast_limit: AtomicU32,
+    /// Hand-offs so far (incremented by the job that hands its CPU on).
+    pub handoffs: AtomicU64,
 }
 
 #[repr(C, align(64))]
