@@ -1,5 +1,5 @@
 //! Schedules real requests inside a service: context extraction and propagation
-//! (`http`), and three backends that enforce a core [`Policy`](tailor_core::Policy)
+//! (`http`, `grpc`), and three backends that enforce a core [`Policy`](tailor_core::Policy)
 //! on the threads serving requests:
 //!
 //! - `none`: the Linux default, every request at once on its own thread (baseline);
@@ -28,6 +28,7 @@ mod cooperative;
 pub mod cpu;
 mod current;
 mod driver;
+pub mod grpc;
 pub mod http;
 pub mod kernel;
 mod pool;

@@ -12,8 +12,9 @@
 //!
 //! All three are plain tower layers over `http::Request`, so they work with hyper 1
 //! (HTTP/1.1 and HTTP/2, e.g. hyper-util's auto server through `TowerToHyperService`)
-//! and with tonic, whose servers and channels are tower services over `http::Request`
-//! too (`Server::builder().layer(...)`); tonic is not a dependency here.
+//! and with tonic, whose servers (`Server::builder().layer(...)`) and channels are tower
+//! services over `http::Request` too; `tests/grpc.rs` runs them under tonic, and
+//! [`crate::grpc`] maps the deadline to and from `grpc-timeout`.
 
 mod client;
 mod schedule;
