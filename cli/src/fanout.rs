@@ -75,12 +75,15 @@ fn run_demo(a: DemoArgs) -> Result<(), String> {
     let two = load(&a.config)?;
     let pace = Pace::of(&two, a.quick);
     eprintln!(
-        "{}: probes of {:.1} s + {:.1} s warm-up, bisection to ±{:.2}",
+        "{}: runs of {:.1} s + {:.1} s warm-up, pooled per probe until every group is decided at {:.0}% or {:.0} s; search to ±{:.2}",
         two.cfg.name,
         pace.measure.as_secs_f64(),
         pace.warmup.as_secs_f64(),
+        pace.confidence * 100.0,
+        pace.cap.as_secs_f64(),
         pace.tolerance
     );
+    let started = std::time::Instant::now();
     let results = demo::run_schemes(&two, pace, !a.no_sim, log).map_err(|e| e.to_string())?;
     let mut out = demo::format_table(&two, &results);
     if a.one_class.as_os_str() != "none" {
@@ -136,6 +139,7 @@ fn run_demo(a: DemoArgs) -> Result<(), String> {
         }
     }
     println!("{out}");
+    eprintln!("demo took {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
 }
 

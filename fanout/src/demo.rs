@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tailor_core::dist::{Cdf, Dist, DistSpec};
+use tailor_core::latency::LatencyHistogram;
 use tailor_core::policy::PolicySpec;
 use tailor_core::tailguard::{BudgetSplit, SloClass};
 use tailor_core::time::{from_millis_f64, Nanos};
@@ -26,6 +27,8 @@ use tailor_sim::model::Overrides;
 use tailor_sim::scenario::Scenario;
 
 use crate::handler::{AdmissionConfig, Handler, HandlerConfig, Overhead, Queuing, Scheme};
+use crate::judge::{self, GroupJudgement, Verdict};
+pub use crate::loadgen::QueryTrace;
 use crate::loadgen::{self, Mix, RunReport, RunSpec};
 use crate::server::{TaskServer, TaskServerConfig};
 use crate::timer::PreciseTimer;
@@ -107,6 +110,13 @@ pub struct SearchConfig {
     /// Simulated queries per probe.
     #[serde(default = "default_sim_requests")]
     pub sim_requests: u64,
+    /// One-sided confidence of each group's verdict (meets / misses) on the real side.
+    #[serde(default = "default_confidence")]
+    pub confidence: f64,
+    /// A probe whose groups are not all decided after `measure_s` is extended by
+    /// further `measure_s` runs (fresh servers, next seed), pooled, up to this many seconds.
+    #[serde(default)]
+    pub measure_cap_s: Option<f64>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -156,6 +166,9 @@ fn default_seed() -> u64 {
 }
 fn default_sim_requests() -> u64 {
     100_000
+}
+fn default_confidence() -> f64 {
+    0.9
 }
 fn default_window_tasks() -> u64 {
     tailor_core::tailguard::admission::PAPER_WINDOW_TASKS
@@ -278,6 +291,12 @@ impl DemoConfig {
         if !(0.0 < s.min_load && s.min_load < s.max_load && s.tolerance > 0.0 && s.measure_s > 0.0) {
             p.push("[search]: need 0 < min_load < max_load, tolerance > 0, measure_s > 0".into());
         }
+        if !(0.5 <= s.confidence && s.confidence < 1.0) {
+            p.push(format!("[search] confidence = {}: must be in [0.5, 1)", s.confidence));
+        }
+        if s.measure_cap_s.is_some_and(|c| c.is_nan() || c < s.measure_s) {
+            p.push("[search] measure_cap_s: must be at least measure_s".into());
+        }
         p
     }
 }
@@ -304,14 +323,135 @@ impl Cdf for Scaled {
 #[derive(Clone, Debug)]
 pub struct Probe {
     pub load: f64,
+    /// Whether the probe counts as meeting every SLO: its verdict, or, if it is
+    /// still undecided at the cap, the point estimates (every group's p99 ≤ SLO).
     pub met: bool,
+    /// The pooled verdict at the judging confidence ([`judge::combine`]).
+    pub verdict: Verdict,
     pub report: RunReport,
-    /// Worst (group p-quantile / class SLO).
+    /// Worst (group p-quantile point estimate / class SLO).
     pub worst_ratio: f64,
+    /// Per (class, fan-out) group: its judgement.
+    pub groups: Vec<((u8, u32), GroupJudgement)>,
+    /// Runs pooled (each `measure` long, seeds seed, seed + 1, …) and seconds measured in all.
+    pub runs: u32,
+    pub measured_s: f64,
     pub timer_p99_late_ns: Nanos,
     pub tasks_missed_pct: f64,
     /// Per-task overhead the handler measured (post-dequeue − service time).
     pub overhead: Overhead,
+}
+
+impl Probe {
+    /// Judges the (pooled) report at `conf`: every (class, fan-out) group on its own.
+    pub fn judge(&mut self, classes: &[SloClass], conf: f64) {
+        self.groups = self
+            .report
+            .groups
+            .iter()
+            .filter(|(_, g)| !g.latencies_ns.is_empty())
+            .map(|(&key, g)| {
+                let c = classes[key.0 as usize];
+                (key, judge::judge_group(&g.latencies_ns, c.p, c.slo_ns, conf))
+            })
+            .collect();
+        let ok = self.report.completed() > 0 && self.report.errors == 0;
+        self.verdict = if ok { judge::combine(self.groups.iter().map(|g| g.1.verdict)) } else { Verdict::Misses };
+        self.worst_ratio = self
+            .groups
+            .iter()
+            .map(|((c, _), j)| j.point_ns as f64 / classes[*c as usize].slo_ns as f64)
+            .fold(0.0, f64::max);
+        self.met = match self.verdict {
+            Verdict::Meets => true,
+            Verdict::Misses => false,
+            Verdict::Undecided => self.worst_ratio <= 1.0,
+        };
+    }
+
+    /// Adds another run of the same scheme and load (the next seed) to this one.
+    fn pool(&mut self, other: Probe) {
+        let (a, b) = (self.report.completed() as f64, other.report.completed() as f64);
+        if a + b > 0.0 {
+            self.tasks_missed_pct = (self.tasks_missed_pct * a + other.tasks_missed_pct * b) / (a + b);
+        }
+        self.timer_p99_late_ns = self.timer_p99_late_ns.max(other.timer_p99_late_ns);
+        let (o, p) = (self.overhead.clone(), other.overhead);
+        let t = o.tasks + p.tasks;
+        if t > 0.0 {
+            let per_hop = match (&o.per_hop, &p.per_hop) {
+                (Some(a), Some(b)) => {
+                    let mut m = (**a).clone();
+                    m.merge(b);
+                    Some(Arc::new(m))
+                }
+                (a, b) => a.clone().or(b.clone()),
+            };
+            self.overhead = Overhead {
+                per_hop,
+                tasks: t,
+                mean_ns: (o.mean_ns * o.tasks + p.mean_ns * p.tasks) / t,
+                p50_ns: o.p50_ns.max(p.p50_ns),
+                p99_ns: o.p99_ns.max(p.p99_ns),
+                dispatch_mean_ns: (o.dispatch_mean_ns * o.tasks + p.dispatch_mean_ns * p.tasks) / t,
+                dispatch_p99_ns: o.dispatch_p99_ns.max(p.dispatch_p99_ns),
+            };
+        }
+        let r = &mut self.report;
+        for (key, g) in other.report.groups {
+            let mine = r.groups.entry(key).or_default();
+            mine.latencies_ns.extend(g.latencies_ns);
+            mine.traces.extend(g.traces);
+            mine.rejected += g.rejected;
+        }
+        r.offered += other.report.offered;
+        r.dropped += other.report.dropped;
+        r.errors += other.report.errors;
+        r.tasks_offered += other.report.tasks_offered;
+        r.tasks_admitted += other.report.tasks_admitted;
+        self.runs += other.runs;
+        self.measured_s += other.measured_s;
+    }
+
+    /// The group that decides: a missing one, else an undecided one, else the
+    /// one with the highest point estimate relative to its SLO.
+    pub fn binding_group(&self, classes: &[SloClass]) -> Option<((u8, u32), GroupJudgement)> {
+        let rank = |v: Verdict| match v {
+            Verdict::Misses => 2,
+            Verdict::Undecided => 1,
+            Verdict::Meets => 0,
+        };
+        self.groups.iter().copied().max_by(|a, b| {
+            let ra = a.1.point_ns as f64 / classes[a.0 .0 as usize].slo_ns as f64;
+            let rb = b.1.point_ns as f64 / classes[b.0 .0 as usize].slo_ns as f64;
+            rank(a.1.verdict).cmp(&rank(b.1.verdict)).then(ra.total_cmp(&rb))
+        })
+    }
+
+    /// One line: verdict, how it was reached, the binding group.
+    pub fn describe(&self, classes: &[SloClass], conf: f64) -> String {
+        let how = match self.verdict {
+            Verdict::Meets => format!("meets SLOs (every group, {:.0}% bound)", conf * 100.0),
+            Verdict::Misses => format!("misses (a group's {:.0}% lower bound > SLO)", conf * 100.0),
+            Verdict::Undecided if self.met => "undecided at the cap: point estimates meet".into(),
+            Verdict::Undecided => "undecided at the cap: a point estimate misses".into(),
+        };
+        let ms = |x: Option<Nanos>| x.map_or("—".into(), |v| format!("{:.2}", v as f64 / 1e6));
+        let binding = self.binding_group(classes).map_or(String::new(), |((c, k), j)| {
+            format!(
+                "; class {c} k {k}: n {}, p99 {} ms in [{}, {}] vs SLO {:.1}",
+                j.n,
+                ms(Some(j.point_ns)),
+                ms(j.lower_ns),
+                ms(j.upper_ns),
+                classes[c as usize].slo_ns as f64 / 1e6
+            )
+        });
+        format!(
+            "{how} ({} run(s), {:.0} s measured, worst p99/SLO {:.3}{binding})",
+            self.runs, self.measured_s, self.worst_ratio
+        )
+    }
 }
 
 /// Runs one probe on a fresh runtime: servers, handler, open-loop load.
@@ -407,89 +547,177 @@ fn run_in(
         timer.reset_lateness();
         let report = loadgen::run(handler.clone(), timer.clone(), &spec).await;
         refresher.abort();
-        let worst = worst_ratio(&report, &l.slo_classes());
         let tasks = handler.stats.tasks.load(std::sync::atomic::Ordering::Relaxed).max(1);
         let missed = handler.stats.tasks_missed.load(std::sync::atomic::Ordering::Relaxed);
-        Ok(Probe {
+        let mut p = Probe {
             load,
-            met: worst <= 1.0 && report.completed() > 0 && report.errors == 0,
-            worst_ratio: worst,
+            met: false,
+            verdict: Verdict::Undecided,
+            worst_ratio: 0.0,
+            groups: Vec::new(),
+            runs: 1,
+            measured_s: measure.as_secs_f64(),
             timer_p99_late_ns: timer.lateness().p99_ns,
             tasks_missed_pct: 100.0 * missed as f64 / tasks as f64,
             overhead: handler.overhead(),
             report,
-        })
+        };
+        p.judge(&l.slo_classes(), l.cfg.search.confidence);
+        Ok(p)
     })
 }
 
-/// Groups with fewer queries than this are judged pooled with their class's
-/// other small groups: the p99 of 70 queries is their maximum, which one
-/// scheduling hiccup of the shared machine decides.
-pub const MIN_GROUP_QUERIES: usize = 200;
-
-/// Worst (p-quantile / SLO) over the (class, fan-out) groups with at least
-/// [`MIN_GROUP_QUERIES`] queries and, per class, the pool of its smaller groups.
-pub fn worst_ratio(report: &RunReport, classes: &[SloClass]) -> f64 {
-    let mut worst: f64 = 0.0;
-    let mut pooled: Vec<loadgen::Group> = vec![loadgen::Group::default(); classes.len()];
-    for (&(class, _), g) in &report.groups {
-        let c = classes[class as usize];
-        if g.latencies_ns.len() >= MIN_GROUP_QUERIES {
-            worst = worst.max(g.quantile(c.p) as f64 / c.slo_ns as f64);
-        } else {
-            pooled[class as usize].latencies_ns.extend_from_slice(&g.latencies_ns);
-        }
-    }
-    for (g, c) in pooled.iter().zip(classes) {
-        if !g.latencies_ns.is_empty() {
-            worst = worst.max(g.quantile(c.p) as f64 / c.slo_ns as f64);
-        }
-    }
-    worst
+/// How the real side decides a probe: runs of `chunk` (fresh servers and
+/// handler, seeds seed, seed + 1, …) pooled until every (class, fan-out) group
+/// is decided at `confidence` ([`judge`]) or `cap` seconds have been measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Judging {
+    pub warmup: Duration,
+    pub chunk: Duration,
+    pub cap: Duration,
+    pub confidence: f64,
 }
 
-/// Bisection for the highest load whose probe meets every SLO.
+/// One judged probe: runs pooled until decided or capped.
+pub fn run_judged(l: &Loaded, scheme: Scheme, load: f64, j: Judging) -> Result<Probe, crate::Error> {
+    let classes = l.slo_classes();
+    let mut pooled = run_real(l, scheme, load, None, j.warmup, j.chunk)?;
+    pooled.judge(&classes, j.confidence);
+    while pooled.verdict == Verdict::Undecided
+        && pooled.measured_s + j.chunk.as_secs_f64() <= j.cap.as_secs_f64() + 1e-9
+    {
+        let mut next = l.clone();
+        next.cfg.seed = l.cfg.seed.wrapping_add(pooled.runs as u64);
+        let more = run_real(&next, scheme, load, None, j.warmup, j.chunk)?;
+        pooled.pool(more);
+        pooled.judge(&classes, j.confidence);
+    }
+    Ok(pooled)
+}
+
+/// Max load under SLO on the real side: the highest load whose judged probe
+/// meets, to within `tolerance`. Without a hint, bisection on
+/// [min_load, max_load] from min_load; with one (the simulator's max load), the
+/// search starts there and steps by 2 × tolerance until it has a load that
+/// meets and one that misses, then bisects between them (fewer probes when
+/// real and simulated agree; the result is the real probes' alone).
 pub fn search_real(
     l: &Loaded,
     scheme: Scheme,
-    warmup: Duration,
-    measure: Duration,
+    j: Judging,
+    hint: Option<f64>,
     mut log: impl FnMut(&Probe),
 ) -> Result<(f64, Vec<Probe>), crate::Error> {
     let s = &l.cfg.search;
-    let (mut lo, mut hi) = (s.min_load, s.max_load);
+    let (min, max, tol) = (s.min_load, s.max_load, s.tolerance);
     let mut probes = Vec::new();
-    let first = run_real(l, scheme, lo, None, warmup, measure)?;
-    log(&first);
-    let lo_met = first.met;
-    probes.push(first);
-    if !lo_met {
-        return Ok((0.0, probes));
-    }
-    while hi - lo > s.tolerance {
-        let mid = (lo + hi) / 2.0;
-        let p = run_real(l, scheme, mid, None, warmup, measure)?;
+    let mut probe = |x: f64, probes: &mut Vec<Probe>| -> Result<bool, crate::Error> {
+        let p = run_judged(l, scheme, x, j)?;
         log(&p);
-        if p.met {
+        let met = p.met;
+        probes.push(p);
+        Ok(met)
+    };
+    let (mut lo, mut hi): (Option<f64>, Option<f64>) = (None, None);
+    let start = match hint {
+        Some(h) => ((h * 100.0).round() / 100.0).clamp(min, max),
+        None => min,
+    };
+    if probe(start, &mut probes)? {
+        lo = Some(start);
+    } else {
+        hi = Some(start);
+    }
+    let step = 2.0 * tol;
+    while hi.is_none() {
+        let x = (lo.unwrap_or(min) + step).min(max);
+        if probe(x, &mut probes)? {
+            lo = Some(x);
+            if x >= max {
+                return Ok((max, probes));
+            }
+        } else {
+            hi = Some(x);
+        }
+    }
+    while lo.is_none() {
+        let h = hi.unwrap_or(max);
+        if h <= min {
+            return Ok((0.0, probes));
+        }
+        let x = (h - step).max(min);
+        if probe(x, &mut probes)? {
+            lo = Some(x);
+        } else {
+            hi = Some(x);
+        }
+    }
+    let (mut lo, mut hi) = (lo.unwrap_or(min), hi.unwrap_or(max));
+    while hi - lo > tol + 1e-9 {
+        let mid = (lo + hi) / 2.0;
+        if probe(mid, &mut probes)? {
             lo = mid;
         } else {
             hi = mid;
         }
-        probes.push(p);
     }
     Ok((lo, probes))
 }
 
 // === the simulator, same configuration ===
 
+/// The per-hop network delay the simulated side adds, standing for the real
+/// side's per-task overhead (loopback HTTP, tokio, timer lateness).
+#[derive(Clone, Debug)]
+pub enum HopDelay {
+    /// The same delay on every hop.
+    Fixed { ns: f64 },
+    /// Drawn from what the handler measured ([`Overhead::per_hop`]: dispatch
+    /// and after-service samples together), as an empirical table. The
+    /// simulator draws the outbound hop per task (a query of fan-out k waits
+    /// for the slowest of k draws, as a real query waits for its slowest
+    /// dispatch) and the return hop once per query (a real query has k
+    /// returns: the model stays a little optimistic for large k).
+    Measured(Arc<LatencyHistogram>),
+}
+
+impl HopDelay {
+    /// Half a per-task overhead on each hop.
+    pub fn fixed_total(overhead_ns: f64) -> HopDelay {
+        HopDelay::Fixed { ns: overhead_ns / 2.0 }
+    }
+
+    /// The measured distribution if there is one, else half the mean overhead per hop.
+    pub fn from_measured(o: &Overhead) -> HopDelay {
+        match &o.per_hop {
+            Some(h) if !h.is_empty() => HopDelay::Measured(h.clone()),
+            _ => HopDelay::fixed_total(o.mean_ns + o.dispatch_mean_ns),
+        }
+    }
+
+    pub fn mean_ns(&self) -> f64 {
+        match self {
+            HopDelay::Fixed { ns } => *ns,
+            HopDelay::Measured(h) => h.mean(),
+        }
+    }
+}
+
+/// The 10,000 quantiles F⁻¹(i / 10⁴), i = 0..9999, in ms: the Tailbench table format core's `empirical` reads.
+pub fn quantile_table_ms(h: &LatencyHistogram) -> String {
+    (0..tailor_core::dist::TABLE_LEN)
+        .map(|i| format!("{}\n", h.quantile(i as f64 / tailor_core::dist::TABLE_LEN as f64) as f64 / 1e6))
+        .collect()
+}
+
 /// The simulator scenario equivalent to the config, for one scheme. With
-/// `overhead_ns` (the per-task overhead measured on the real run: loopback
-/// HTTP, tokio, timer lateness), the scenario gets a fixed network delay of
-/// half of it on each hop (to the server, and back with the answer), so a
-/// simulated query's latency carries the same overhead as a real one's. The
+/// `delay` (from the per-task overhead measured on the real run), the scenario
+/// gets a network delay on each hop (to the server, and back with the
+/// answer), so a simulated query's latency carries the same overhead as a
+/// real one's, its spread included ([`HopDelay::from_measured`]). The
 /// simulated deadlines stay SLO − x_p^u(k) of the service time: the overhead
 /// shifts every deadline by the same amount, which changes no EDF order.
-pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, overhead_ns: Option<f64>) -> Result<String, crate::Error> {
+pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) -> Result<String, crate::Error> {
     let service = match &l.cfg.service_time {
         // The simulator scenario is given the config's own directory, so a
         // relative table path resolves the same way.
@@ -529,8 +757,20 @@ pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, overhead_ns: Option<f64>) -
         vals = list(l.cfg.fanouts.values.iter().map(|v| v.to_string()).collect()),
         ws = list(l.cfg.fanouts.weights.iter().map(|v| v.to_string()).collect()),
     );
-    if let Some(o) = overhead_ns.filter(|&o| o > 0.0) {
-        t += &format!("[network]\ndelay = {{ kind = \"fixed\", value_ms = {} }}\n\n", o / 2.0 / 1e6);
+    match delay.filter(|d| d.mean_ns() > 0.0) {
+        Some(HopDelay::Fixed { ns }) => {
+            t += &format!("[network]\ndelay = {{ kind = \"fixed\", value_ms = {} }}\n\n", ns / 1e6);
+        }
+        Some(HopDelay::Measured(h)) => {
+            // The table goes to a temporary file the scenario names (absolute path).
+            static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = std::env::temp_dir().join(format!("tailor-fanout-hop-{}-{n}.txt", std::process::id()));
+            std::fs::write(&path, quantile_table_ms(&h))
+                .map_err(|e| crate::Error::Io(format!("{}: {e}", path.display())))?;
+            t += &format!("[network]\ndelay = {{ kind = \"empirical\", file = {:?} }}\n\n", path.display().to_string());
+        }
+        None => {}
     }
     for c in &l.cfg.classes {
         t += &format!(
@@ -551,8 +791,8 @@ pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, overhead_ns: Option<f64>) -
 }
 
 /// Max load under SLO in the simulator for one scheme (with the measured per-task overhead, if given).
-pub fn search_sim(l: &Loaded, scheme: Scheme, overhead_ns: Option<f64>) -> Result<f64, crate::Error> {
-    let text = sim_scenario_toml(l, scheme, overhead_ns)?;
+pub fn search_sim(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) -> Result<f64, crate::Error> {
+    let text = sim_scenario_toml(l, scheme, delay)?;
     let path = l.base_dir.join(format!("{}-sim.toml", l.cfg.name));
     let loaded =
         Scenario::from_toml(&text, &path).map_err(|e| crate::Error::Config(format!("simulator scenario: {e}")))?;
@@ -567,8 +807,12 @@ pub fn search_sim(l: &Loaded, scheme: Scheme, overhead_ns: Option<f64>) -> Resul
 #[derive(Clone, Copy, Debug)]
 pub struct Pace {
     pub warmup: Duration,
+    /// One run's measurement; a probe pools runs until decided or `cap`.
     pub measure: Duration,
-    /// Bisection tolerance (load fraction).
+    pub cap: Duration,
+    /// One-sided confidence of each group's verdict.
+    pub confidence: f64,
+    /// Search tolerance (load fraction).
     pub tolerance: f64,
 }
 
@@ -577,14 +821,26 @@ impl Pace {
     pub fn of(l: &Loaded, quick: bool) -> Pace {
         let s = &l.cfg.search;
         if quick {
-            Pace { warmup: Duration::from_millis(500), measure: Duration::from_secs(2), tolerance: 0.1 }
+            Pace {
+                warmup: Duration::from_millis(500),
+                measure: Duration::from_secs(2),
+                cap: Duration::from_secs(4),
+                confidence: s.confidence,
+                tolerance: 0.1,
+            }
         } else {
             Pace {
                 warmup: Duration::from_secs_f64(s.warmup_s),
                 measure: Duration::from_secs_f64(s.measure_s),
+                cap: Duration::from_secs_f64(s.measure_cap_s.unwrap_or(s.measure_s)),
+                confidence: s.confidence,
                 tolerance: s.tolerance,
             }
         }
+    }
+
+    pub fn judging(&self) -> Judging {
+        Judging { warmup: self.warmup, chunk: self.measure, cap: self.cap, confidence: self.confidence }
     }
 }
 
@@ -619,15 +875,27 @@ pub fn run_schemes(
 ) -> Result<Vec<SchemeResult>, crate::Error> {
     let mut lq = l.clone();
     lq.cfg.search.tolerance = pace.tolerance;
-    let mut out = Vec::new();
+    lq.cfg.search.confidence = pace.confidence;
+    let classes = l.slo_classes();
+    let mut out: Vec<SchemeResult> = Vec::new();
     for &scheme in &l.cfg.schemes {
-        let (max, probes) = search_real(&lq, scheme, pace.warmup, pace.measure, |p| {
+        // Where the real search starts: the simulator's max load (≤ 200,000
+        // queries: a start point only) with the overhead measured for the
+        // previous scheme (none for the first).
+        let hint = if with_sim {
+            let prev = out.last().map(|r| HopDelay::from_measured(&r.overhead));
+            let mut quick = lq.clone();
+            quick.cfg.search.sim_requests = quick.cfg.search.sim_requests.min(200_000);
+            Some(search_sim(&quick, scheme, prev)?)
+        } else {
+            None
+        };
+        let (max, probes) = search_real(&lq, scheme, pace.judging(), hint, |p| {
             log(&format!(
-                "  {:<8} load {:.3}: {} (worst p/SLO {:.3}, {} queries, task miss {:.2}%, timer p99 late {} µs)",
+                "  {:<8} load {:.3}: {} — {} queries, task miss {:.2}%, timer p99 late {} µs",
                 scheme.name(),
                 p.load,
-                if p.met { "meets SLOs" } else { "misses" },
-                p.worst_ratio,
+                p.describe(&classes, pace.confidence),
                 p.report.completed(),
                 p.tasks_missed_pct,
                 p.timer_p99_late_ns / 1000
@@ -640,7 +908,7 @@ pub fn run_schemes(
             .iter()
             .filter(|p| p.overhead.tasks > 0.0)
             .min_by(|a, b| (a.load - max).abs().total_cmp(&(b.load - max).abs()))
-            .map(|p| p.overhead)
+            .map(|p| p.overhead.clone())
             .unwrap_or_default();
         log(&format!(
             "  {}: per-task overhead at load {:.3}: dispatch mean {:.0} µs (p99 {} µs), after service mean {:.0} µs (p50 {} µs, p99 {} µs)",
@@ -652,10 +920,10 @@ pub fn run_schemes(
             overhead.p50_ns / 1000,
             overhead.p99_ns / 1000
         ));
-        // Dispatch (handler → server, before the queue) plus return (after the
-        // service: the rest of the post-dequeue time).
-        let total = overhead.mean_ns + overhead.dispatch_mean_ns;
-        let sim = if with_sim { Some(search_sim(&lq, scheme, Some(total))?) } else { None };
+        // Dispatch (handler → server, before the queue) and return (after the
+        // service: the rest of the post-dequeue time), with their spread.
+        let sim =
+            if with_sim { Some(search_sim(&lq, scheme, Some(HopDelay::from_measured(&overhead)))?) } else { None };
         log(&format!(
             "{}: real max load {:.3}{}",
             scheme.name(),
@@ -761,7 +1029,7 @@ pub fn format_table(l: &Loaded, results: &[SchemeResult]) -> String {
         l.cfg.queuing,
         l.cfg.time_scale
     );
-    t += "| scheme | real max load | simulated max load | real − sim | TF-EDFQ gain (real) | TF-EDFQ gain (sim) | overhead mean / p99 (µs) |\n|---|---:|---:|---:|---:|---:|---:|\n";
+    t += "| scheme | real max load | next load probed (missed) | probes decided / at cap | simulated max load | real − sim | TF-EDFQ gain (real) | TF-EDFQ gain (sim) | overhead mean / p99 (µs) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     let tf = results.iter().find(|r| r.scheme == Scheme::TfEdfq).map(|r| r.real_max_load);
     let tf_sim = results.iter().find(|r| r.scheme == Scheme::TfEdfq).and_then(|r| r.sim_max_load);
     for r in results {
@@ -777,10 +1045,20 @@ pub fn format_table(l: &Loaded, results: &[SchemeResult]) -> String {
             (Some(tf), Some(x)) if r.scheme != Scheme::TfEdfq && x > 0.0 => format!("{:+.0}%", 100.0 * (tf / x - 1.0)),
             _ => "—".into(),
         };
+        let next_missed = r
+            .probes
+            .iter()
+            .filter(|p| !p.met && p.load > r.real_max_load)
+            .map(|p| p.load)
+            .fold(f64::INFINITY, f64::min);
+        let decided = r.probes.iter().filter(|p| p.verdict != Verdict::Undecided).count();
         t += &format!(
-            "| {} | {:.3} | {} | {} | {} | {} | {:.0} / {} |\n",
+            "| {} | {:.3} | {} | {} / {} | {} | {} | {} | {} | {:.0} / {} |\n",
             r.scheme.name(),
             r.real_max_load,
+            if next_missed.is_finite() { format!("{next_missed:.3}") } else { "—".into() },
+            decided,
+            r.probes.len() - decided,
             sim,
             diff,
             gain,
@@ -790,4 +1068,27 @@ pub fn format_table(l: &Loaded, results: &[SchemeResult]) -> String {
         );
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measured_hop_delay_becomes_an_empirical_table_the_simulator_reads() {
+        let mut h = LatencyHistogram::new();
+        for i in 0..10_000u64 {
+            h.record(100_000 + (i % 100) * 20_000); // 0.1–2.08 ms
+        }
+        let table = quantile_table_ms(&h);
+        let v: Vec<f64> = table.lines().map(|l| l.parse().unwrap()).collect();
+        assert_eq!(v.len(), tailor_core::dist::TABLE_LEN);
+        assert!(v.windows(2).all(|w| w[0] <= w[1]) && v[0] >= 0.09 && v[9999] <= 2.2, "{} {}", v[0], v[9999]);
+        let l = Loaded::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/masstree-two-class.toml")))
+            .expect("default config");
+        let text = sim_scenario_toml(&l, Scheme::TfEdfq, Some(HopDelay::Measured(Arc::new(h)))).unwrap();
+        assert!(text.contains("kind = \"empirical\", file = "), "{text}");
+        let path = l.base_dir.join("x-sim.toml");
+        Scenario::from_toml(&text, &path).expect("the simulator accepts the scenario");
+    }
 }

@@ -156,6 +156,39 @@ pub struct QueryOutcome {
     /// t_D − t0 (negative: infeasible even unloaded).
     pub budget_ns: i64,
     pub tasks_missed: u32,
+    /// t0 (wall clock, ns) and the slowest task's timeline, for tracing outliers.
+    pub t0_wall: Nanos,
+    pub slowest: TaskTrace,
+}
+
+/// One task's timeline (wall-clock ns, one host): what a slow query spent where.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TaskTrace {
+    pub server: usize,
+    /// Handler sent the request (central queuing: after the handler's queue).
+    pub sent_at: Nanos,
+    /// Arrived at the server, left its queue (0 if the server did not say).
+    pub arrived_at: Nanos,
+    pub dequeued_at: Nanos,
+    /// The service time drawn (scaled).
+    pub service_ns: Nanos,
+    /// The handler had the result.
+    pub received_at: Nanos,
+}
+
+impl TaskTrace {
+    /// Send → arrival at the server.
+    pub fn dispatch_ns(&self) -> i64 {
+        self.arrived_at as i64 - self.sent_at as i64
+    }
+    /// Arrival → dequeue (the queue wait at the server).
+    pub fn queue_ns(&self) -> i64 {
+        self.dequeued_at as i64 - self.arrived_at as i64
+    }
+    /// Result at the handler − (dequeue + service): the return trip plus timer lateness.
+    pub fn return_ns(&self) -> i64 {
+        self.received_at as i64 - (self.dequeued_at + self.service_ns) as i64
+    }
 }
 
 /// Why a query did not run.
@@ -257,7 +290,7 @@ pub struct Handler {
 }
 
 /// Summary of the per-task overhead the handler measured.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Overhead {
     pub tasks: f64,
     pub mean_ns: f64,
@@ -266,6 +299,9 @@ pub struct Overhead {
     /// The dispatch part (send at the handler → arrival at the server), mean and p99.
     pub dispatch_mean_ns: f64,
     pub dispatch_p99_ns: Nanos,
+    /// Both parts' samples together (dispatch and after service, equally
+    /// weighted): the distribution of one network hop in the simulated side.
+    pub per_hop: Option<Arc<LatencyHistogram>>,
 }
 
 /// (class, fan-outs, proportional split?) of a cached sequential plan.
@@ -553,8 +589,15 @@ impl Handler {
             _ => slo_ns as i64 - self.unloaded_tail(q.class, q.fanout) as i64,
         };
         let deadline = if budget_ns >= 0 { t0 + budget_ns as Nanos } else { t0 };
-        let (missed, _) = self.fan_out(Context { gat: t0, deadline, class: q.class, fanout: q.fanout, hop: 1 }).await?;
-        Ok(QueryOutcome { latency_ns: started.elapsed().as_nanos() as Nanos, budget_ns, tasks_missed: missed })
+        let (missed, _, slowest) =
+            self.fan_out(Context { gat: t0, deadline, class: q.class, fanout: q.fanout, hop: 1 }).await?;
+        Ok(QueryOutcome {
+            latency_ns: started.elapsed().as_nanos() as Nanos,
+            budget_ns,
+            tasks_missed: missed,
+            t0_wall: t0,
+            slowest,
+        })
     }
 
     /// Runs one request of sequential queries with the given fan-outs under
@@ -598,7 +641,7 @@ impl Handler {
         for (i, &k) in fanouts.iter().enumerate() {
             let start = wall_ns();
             let d = plan.query_deadline(i, start, used);
-            let (m, pre) = self.fan_out(Context { gat: t0, deadline: d.at, class, fanout: k, hop: 1 }).await?;
+            let (m, pre, _) = self.fan_out(Context { gat: t0, deadline: d.at, class, fanout: k, hop: 1 }).await?;
             queries.push(QueryDeadline { start_ns: start, deadline_ns: d.at, used_before_ns: used, used_ns: pre });
             missed += m;
             used += pre;
@@ -614,8 +657,8 @@ impl Handler {
 
     /// Dispatches `ctx.fanout` tasks with `ctx`'s deadline and waits for all.
     /// Returns (tasks that missed, the query's pre-dequeuing time: the longest
-    /// time any of its tasks waited before being dequeued).
-    async fn fan_out(self: &Arc<Self>, ctx: Context) -> Result<(u32, Nanos), QueryError> {
+    /// time any of its tasks waited before being dequeued, the slowest task's timeline).
+    async fn fan_out(self: &Arc<Self>, ctx: Context) -> Result<(u32, Nanos, TaskTrace), QueryError> {
         let header = wire::encode(&ctx);
         let servers = self.pick_servers(ctx.fanout as usize);
         let now = wall_ns();
@@ -645,7 +688,7 @@ impl Handler {
         for (s, known) in servers.into_iter().zip(predicted) {
             let h = self.clone();
             set.spawn(async move {
-                let r = h.run_task(s, ctx, header, known).await;
+                let r = h.run_task(s, ctx, header, known, now).await;
                 let mut out = h.outstanding[s].lock().expect("outstanding poisoned");
                 if let Some(c) = out.get_mut(&key) {
                     *c -= 1;
@@ -657,12 +700,16 @@ impl Handler {
             });
         }
         let (mut missed, mut pre) = (0u32, 0);
+        let mut slowest = TaskTrace::default();
         let mut error = None;
         while let Some(r) = set.join_next().await {
             match r {
-                Ok(Ok((m, p))) => {
+                Ok(Ok((m, p, t))) => {
                     missed += u32::from(m);
                     pre = pre.max(p);
+                    if t.received_at >= slowest.received_at {
+                        slowest = t;
+                    }
                 }
                 Ok(Err(e)) => error = Some(e),
                 Err(e) => error = Some(QueryError::Task { server: self.cfg.servers[0], message: e.to_string() }),
@@ -670,20 +717,22 @@ impl Handler {
         }
         match error {
             Some(e) => Err(e),
-            None => Ok((missed, pre)),
+            None => Ok((missed, pre, slowest)),
         }
     }
 
     /// One task: wait for the central queue (if any), call the server, learn from the result.
     /// `known_missed`: the miss was already counted at dispatch (predicted);
     /// the admission controller is not told about this task again.
+    /// `fanned_at`: when the query started dispatching its tasks (wall clock).
     async fn run_task(
         self: &Arc<Self>,
         s: usize,
         ctx: Context,
         header: wire::Encoded,
         known_missed: bool,
-    ) -> Result<(bool, Nanos), QueryError> {
+        fanned_at: Nanos,
+    ) -> Result<(bool, Nanos, TaskTrace), QueryError> {
         let queued_at = Instant::now();
         let central = self.cfg.queuing == Queuing::Central;
         let mut missed_here = false;
@@ -732,7 +781,13 @@ impl Handler {
         // agree; a dequeue time outside [send, receive] means they do not, and
         // the round trip minus the server's queue time is used instead (which
         // also counts the dispatch, a pre-dequeue time, as post-dequeue).
-        let dispatch = reply.arrived_at.checked_sub(sent_at);
+        // The dispatch overhead counts from the moment the query fanned out
+        // (at-server queuing): a fan-out-32 query's last task is sent ~0.5 ms
+        // after its first (32 spawns and requests on two cores), which the
+        // simulator, which dispatches all k at once, would not otherwise see.
+        // Centrally queued, from the release (before it, the task was queued).
+        let from = if central { sent_at } else { fanned_at.min(sent_at) };
+        let dispatch = reply.arrived_at.checked_sub(from);
         let post_dequeue = match received_at.checked_sub(reply.dequeued_at) {
             Some(p) if reply.dequeued_at >= sent_at && dispatch.is_some() => {
                 self.dispatch.lock().expect("dispatch poisoned").record(dispatch.unwrap_or(0));
@@ -753,7 +808,15 @@ impl Handler {
         if missed {
             self.stats.tasks_missed.fetch_add(1, Ordering::Relaxed);
         }
-        Ok((missed, waited_here + queue_ns))
+        let trace = TaskTrace {
+            server: s,
+            sent_at,
+            arrived_at: reply.arrived_at,
+            dequeued_at: reply.dequeued_at,
+            service_ns: reply.service_ns,
+            received_at,
+        };
+        Ok((missed, waited_here + queue_ns, trace))
     }
 
     /// What a task's queue orders it by, as a key where smaller goes first:
@@ -833,6 +896,16 @@ impl Handler {
             p99_ns: h.quantile(0.99),
             dispatch_mean_ns: d.mean(),
             dispatch_p99_ns: d.quantile(0.99),
+            per_hop: (!h.is_empty() && !d.is_empty()).then(|| {
+                // Equal weights, whatever the counts (dispatch is only recorded when the clocks agree).
+                let mut m = LatencyHistogram::new();
+                for (x, n) in [(&*h, h.count()), (&*d, d.count())] {
+                    let mut part = x.clone();
+                    part.decay(1.0 / n.max(1.0));
+                    m.merge(&part);
+                }
+                Arc::new(m)
+            }),
         }
     }
 

@@ -4,6 +4,7 @@
 //! - [`server`]: task servers that queue by a core policy and emulate a shard.
 //! - [`timer`]: the precise timer thread the emulated service times run on.
 //! - [`loadgen`]: an open-loop Poisson driver and the per-run report.
+//! - [`judge`]: a group's p99 against its SLO with an order-statistic confidence bound.
 //! - [`demo`]: max load under SLO per scheme, real and simulated side by side;
 //!   the R_th calibration; the sequential-request budget split.
 //!
@@ -13,13 +14,14 @@
 pub mod clock;
 pub mod demo;
 pub mod handler;
+pub mod judge;
 pub mod loadgen;
 pub mod server;
 pub mod service;
 pub mod timer;
 
 pub use handler::{
-    AdmissionConfig, Handler, HandlerConfig, Overhead, QueryError, QueryOutcome, QuerySpec, Queuing, Scheme,
+    AdmissionConfig, Handler, HandlerConfig, Overhead, QueryError, QueryOutcome, QuerySpec, Queuing, Scheme, TaskTrace,
 };
 pub use server::{TaskServer, TaskServerConfig};
 pub use timer::PreciseTimer;

@@ -16,7 +16,8 @@ use tailor_core::rng::Rng;
 use tailor_core::tailguard::BudgetSplit;
 use tailor_core::time::Nanos;
 
-use crate::handler::{Handler, QueryError, QuerySpec};
+use crate::clock::wall_ns;
+use crate::handler::{Handler, QueryError, QuerySpec, TaskTrace};
 use crate::timer::PreciseTimer;
 
 /// What queries look like: classes and fan-outs with their weights.
@@ -69,6 +70,23 @@ pub struct RunSpec {
 pub struct Group {
     pub latencies_ns: Vec<Nanos>,
     pub rejected: u64,
+    /// Where each single query's time went, in the order of `latencies_ns`
+    /// (empty for sequential requests).
+    pub traces: Vec<QueryTrace>,
+}
+
+/// One query's timeline, for tracing outliers (`tailor-fanout probe` prints the slowest).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QueryTrace {
+    pub latency_ns: Nanos,
+    /// Intended send time → the handler's t0 (timer lateness, spawn delay).
+    pub start_late_ns: i64,
+    /// The handler's t0 → the slowest task's send.
+    pub to_send_ns: i64,
+    /// The slowest task (the last result back).
+    pub slowest: TaskTrace,
+    /// The slowest result at the handler → the load generator saw the answer.
+    pub merge_ns: i64,
 }
 
 impl Group {
@@ -112,6 +130,8 @@ pub async fn run(handler: Arc<Handler>, timer: Arc<PreciseTimer>, spec: &RunSpec
     let in_flight = Arc::new(AtomicU64::new(0));
     let mut rng = Rng::new(spec.seed);
     let start = Instant::now() + Duration::from_millis(5);
+    // Wall clock of `start`, to place intended send times on the handler's clock.
+    let start_wall = wall_ns() + 5_000_000;
     let end = start + spec.warmup + spec.measure;
     let measure_from = start + spec.warmup;
     let mean_gap_ns = 1e9 / spec.rate_qps;
@@ -152,11 +172,13 @@ pub async fn run(handler: Arc<Handler>, timer: Arc<PreciseTimer>, spec: &RunSpec
         in_flight.fetch_add(1, Ordering::Relaxed);
         let (h, rep, fl) = (handler.clone(), report.clone(), in_flight.clone());
         let intended = t;
+        let intended_wall = start_wall + t.duration_since(start).as_nanos() as Nanos;
         tasks.spawn(async move {
             let res = match &sequential {
-                None => h.query(QuerySpec { class, fanout, slo_ns: None }).await.map(|_| ()),
-                Some((ks, split)) => h.request(class, ks, *split).await.map(|_| ()),
+                None => h.query(QuerySpec { class, fanout, slo_ns: None }).await.map(Some),
+                Some((ks, split)) => h.request(class, ks, *split).await.map(|_| None),
             };
+            let done_wall = wall_ns();
             let group = if sequential.is_some() { 0 } else { fanout };
             let latency = intended.elapsed().as_nanos() as Nanos;
             fl.fetch_sub(1, Ordering::Relaxed);
@@ -165,9 +187,19 @@ pub async fn run(handler: Arc<Handler>, timer: Arc<PreciseTimer>, spec: &RunSpec
             }
             let mut r = rep.lock().expect("report poisoned");
             match res {
-                Ok(_) => {
+                Ok(outcome) => {
                     r.tasks_admitted += fanout as u64;
-                    r.groups.entry((class, group)).or_default().latencies_ns.push(latency);
+                    let g = r.groups.entry((class, group)).or_default();
+                    g.latencies_ns.push(latency);
+                    if let Some(o) = outcome {
+                        g.traces.push(QueryTrace {
+                            latency_ns: latency,
+                            start_late_ns: o.t0_wall as i64 - intended_wall as i64,
+                            to_send_ns: o.slowest.sent_at as i64 - o.t0_wall as i64,
+                            slowest: o.slowest,
+                            merge_ns: done_wall as i64 - o.slowest.received_at as i64,
+                        });
+                    }
                 }
                 Err(QueryError::Rejected { .. }) => r.groups.entry((class, group)).or_default().rejected += 1,
                 Err(_) => r.errors += 1,

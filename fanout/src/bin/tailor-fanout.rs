@@ -34,9 +34,11 @@ fn main() {
         Some("servers") => servers(&flags(&args[1..])),
         Some("handler") => handler(&flags(&args[1..])),
         Some("probe") if args.len() == 4 => probe(&args[1], &args[2], &args[3]),
-        Some("sim") if args.len() == 3 || args.len() == 4 => sim(&args[1], &args[2], args.get(3).map(String::as_str)),
+        Some("sim") if (3..=5).contains(&args.len()) => {
+            sim(&args[1], &args[2], args.get(3).map(String::as_str), args.get(4).map(String::as_str))
+        }
         Some("sequential") if args.len() == 4 => sequential(&args[1], &args[2], &args[3]),
-        _ => Err("usage: tailor-fanout servers|handler [--flag value ...] | probe CONFIG SCHEME LOAD | sim CONFIG SCHEME [OVERHEAD_US] | sequential CONFIG FANOUTS LOAD".into()),
+        _ => Err("usage: tailor-fanout servers|handler [--flag value ...] | probe CONFIG SCHEME LOAD | sim CONFIG SCHEME [OVERHEAD_US [OVERHEAD_P99_US]] | sequential CONFIG FANOUTS LOAD".into()),
     };
     if let Err(e) = result {
         eprintln!("tailor-fanout: {e}");
@@ -165,22 +167,12 @@ fn probe(config: &str, scheme: &str, load: &str) -> Result<(), String> {
     let l = demo::Loaded::load(Path::new(config)).map_err(|e| e.to_string())?;
     let scheme = Scheme::parse(scheme)?;
     let load: f64 = load.parse().map_err(|_| format!("load {load}: not a number"))?;
-    let s = &l.cfg.search;
-    let p = demo::run_real(
-        &l,
-        scheme,
-        load,
-        None,
-        Duration::from_secs_f64(s.warmup_s),
-        Duration::from_secs_f64(s.measure_s),
-    )
-    .map_err(|e| e.to_string())?;
+    let pace = demo::Pace::of(&l, false);
+    let p = demo::run_judged(&l, scheme, load, pace.judging()).map_err(|e| e.to_string())?;
+    let classes = l.slo_classes();
+    println!("{} load {:.3}: {}", scheme.name(), load, p.describe(&classes, pace.confidence));
     println!(
-        "{} load {:.3}: met {} worst p/SLO {:.3} offered {} completed {} errors {} dropped {} miss% {:.2} timer p99 late {} us overhead mean {:.0} p99 {} us dispatch mean {:.0} p99 {} us",
-        scheme.name(),
-        load,
-        p.met,
-        p.worst_ratio,
+        "  offered {} completed {} errors {} dropped {} miss% {:.2} timer p99 late {} us overhead mean {:.0} p99 {} us dispatch mean {:.0} p99 {} us",
         p.report.offered,
         p.report.completed(),
         p.report.errors,
@@ -192,27 +184,85 @@ fn probe(config: &str, scheme: &str, load: &str) -> Result<(), String> {
         p.overhead.dispatch_mean_ns / 1e3,
         p.overhead.dispatch_p99_ns / 1000
     );
-    let classes = l.slo_classes();
-    for (&(c, k), g) in &p.report.groups {
+    let ms = |x: Option<u64>| x.map_or("—".to_string(), |v| format!("{:.2}", v as f64 / 1e6));
+    for ((c, k), j) in &p.groups {
         println!(
-            "  class {c} k {k:>2}: n {:>6} p99 {:>8.2} ms (SLO {:.1} ms)",
-            g.latencies_ns.len(),
-            g.quantile(classes[c as usize].p) as f64 / 1e6,
-            classes[c as usize].slo_ns as f64 / 1e6
+            "  class {c} k {k:>2}: n {:>6} p99 {:>6} ms, {:.0}% bounds [{}, {}] (SLO {:.1} ms): {:?}",
+            j.n,
+            ms(Some(j.point_ns)),
+            pace.confidence * 100.0,
+            ms(j.lower_ns),
+            ms(j.upper_ns),
+            classes[*c as usize].slo_ns as f64 / 1e6,
+            j.verdict
         );
+    }
+    // The slowest queries of each class: where their time went (the slowest task's timeline).
+    let ms = |ns: i64| ns as f64 / 1e6;
+    for (ci, c) in classes.iter().enumerate() {
+        let mut all: Vec<(u32, demo::QueryTrace)> = p
+            .report
+            .groups
+            .iter()
+            .filter(|(&(cl, _), _)| cl as usize == ci)
+            .flat_map(|(&(_, k), g)| g.traces.iter().map(move |t| (k, *t)))
+            .collect();
+        all.sort_by_key(|(_, t)| std::cmp::Reverse(t.latency_ns));
+        println!(
+            "  class {ci} slowest (SLO {:.1} ms): latency = start late + to send + dispatch + queue + service + return + merge, ms",
+            c.slo_ns as f64 / 1e6
+        );
+        for (k, t) in all.iter().take(6) {
+            let s = &t.slowest;
+            println!(
+                "    k {k:>2} {:>6.2} = {:.2} + {:.2} + {:.2} + {:.2} + {:.2} (draw {:.3} ms unscaled, server {}) + {:.2} + {:.2}",
+                ms(t.latency_ns as i64),
+                ms(t.start_late_ns),
+                ms(t.to_send_ns),
+                ms(s.dispatch_ns()),
+                ms(s.queue_ns()),
+                ms(s.service_ns as i64),
+                s.service_ns as f64 / 1e6 / l.cfg.time_scale,
+                s.server,
+                ms(s.return_ns()),
+                ms(t.merge_ns)
+            );
+        }
     }
     Ok(())
 }
 
-/// `sim CONFIG SCHEME [OVERHEAD_US]`: the simulated side alone, optionally with a per-task overhead.
-fn sim(config: &str, scheme: &str, extra: Option<&str>) -> Result<(), String> {
+/// `sim CONFIG SCHEME [OVERHEAD_US [OVERHEAD_P99_US]]`: the simulated side alone, optionally with a
+/// per-task overhead (mean; with a p99, lognormal per hop as the demo's [`demo::HopDelay`], else fixed).
+fn sim(config: &str, scheme: &str, extra: Option<&str>, p99: Option<&str>) -> Result<(), String> {
     let l = demo::Loaded::load(Path::new(config)).map_err(|e| e.to_string())?;
     let scheme = Scheme::parse(scheme)?;
     let overhead_us: Option<f64> = match extra {
         Some(v) => Some(v.parse().map_err(|_| format!("overhead {v}: not a number of µs"))?),
         None => None,
     };
-    let max = demo::search_sim(&l, scheme, overhead_us.map(|u| u * 1e3)).map_err(|e| e.to_string())?;
+    let extra_p99: Option<f64> = match p99 {
+        Some(v) => Some(v.parse().map_err(|_| format!("overhead p99 {v}: not a number of µs"))?),
+        None => None,
+    };
+    let delay = match (overhead_us, extra_p99) {
+        (Some(m), Some(p99)) => {
+            // A lognormal per hop with half the given mean and p99 (Φ⁻¹(0.99) = 2.326), as a table.
+            let (mean, q) = (m * 1e3 / 2.0, p99 * 1e3 / 2.0);
+            let z = 2.326_347_874f64;
+            let sigma = z - (z * z - 2.0 * (q / mean).max(1.0).ln()).max(0.0).sqrt();
+            let mu = mean.ln() - sigma * sigma / 2.0;
+            let mut h = tailor_core::latency::LatencyHistogram::new();
+            let mut rng = tailor_core::rng::Rng::new(1);
+            for _ in 0..200_000 {
+                h.record((mu + sigma * rng.normal()).exp() as u64);
+            }
+            Some(demo::HopDelay::Measured(Arc::new(h)))
+        }
+        (Some(m), None) => Some(demo::HopDelay::fixed_total(m * 1e3)),
+        _ => None,
+    };
+    let max = demo::search_sim(&l, scheme, delay).map_err(|e| e.to_string())?;
     println!("{} simulated max load {max:.3}", scheme.name());
     Ok(())
 }

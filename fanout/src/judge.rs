@@ -1,0 +1,249 @@
+//! Is a group's p-quantile within its SLO? A verdict with a confidence bound from order statistics.
+//!
+//! A probe measures n latencies of a (class, fan-out) group. Its p99 point
+//! estimate is one order statistic, which with a few hundred samples is decided
+//! by one or two draws (docs/fanout.md, "Pass criterion"). Instead, the true
+//! p-quantile q_p is bracketed by two order statistics of the sorted sample
+//! x_(1) ≤ … ≤ x_(n) (distribution-free; the count of samples below q_p is
+//! Binomial(n, p)):
+//!
+//! * P(x_(u) ≥ q_p) = P(Bin(n, p) ≤ u − 1): the smallest u with this ≥ c makes
+//!   x_(u) an upper confidence bound of level c. If x_(u) ≤ SLO, the group
+//!   **meets** its SLO at confidence c.
+//! * P(x_(l) ≤ q_p) = P(Bin(n, p) ≥ l): the largest l with this ≥ c makes x_(l)
+//!   a lower confidence bound. If x_(l) > SLO, the group **misses** at
+//!   confidence c.
+//! * Otherwise the sample cannot tell yet (**undecided**): measure more.
+//!
+//! With p = 0.99 and c = 0.9, an upper bound needs n ≥ 230 (x_(n), the
+//! maximum, covers q_99 with probability 1 − 0.99^n), so a group of 41
+//! queries can never be said to meet a p99 SLO, however fast they all were.
+
+use tailor_core::time::Nanos;
+
+/// ln P(Bin(n, p) = i) for i = 0..=n, by the pmf's ratio recurrence in log space
+/// (no underflow for large n: 0.99^100000 is far below f64's range).
+fn ln_pmf_all(n: u64, p: f64) -> Vec<f64> {
+    assert!((0.0..=1.0).contains(&p), "p = {p}");
+    let mut out = Vec::with_capacity(n as usize + 1);
+    if p == 0.0 || p == 1.0 {
+        for i in 0..=n {
+            let hit = (p == 0.0 && i == 0) || (p == 1.0 && i == n);
+            out.push(if hit { 0.0 } else { f64::NEG_INFINITY });
+        }
+        return out;
+    }
+    let (lp, lq) = (p.ln(), (-p).ln_1p());
+    let mut cur = n as f64 * lq;
+    out.push(cur);
+    for i in 0..n {
+        cur += ((n - i) as f64).ln() - ((i + 1) as f64).ln() + lp - lq;
+        out.push(cur);
+    }
+    out
+}
+
+/// P(Bin(n, p) ≤ k): the binomial CDF (1 for k ≥ n).
+pub fn binom_cdf(n: u64, p: f64, k: u64) -> f64 {
+    if k >= n {
+        return 1.0;
+    }
+    let ln = ln_pmf_all(n, p);
+    // Sum the smaller side for accuracy; both are sums of positive terms.
+    let lower: f64 = ln[..=k as usize].iter().map(|l| l.exp()).sum();
+    if lower < 0.5 {
+        return lower.min(1.0);
+    }
+    let upper: f64 = ln[k as usize + 1..].iter().map(|l| l.exp()).sum();
+    (1.0 - upper).clamp(0.0, 1.0)
+}
+
+/// The 1-based ranks (lower, upper) of the order statistics that bound the
+/// p-quantile of n samples at confidence `conf` each (one-sided): x_(l) ≤ q_p
+/// with probability ≥ conf, x_(u) ≥ q_p with probability ≥ conf. `None` where
+/// n samples are too few for that side.
+pub fn quantile_bound_ranks(n: u64, p: f64, conf: f64) -> (Option<u64>, Option<u64>) {
+    if n == 0 {
+        return (None, None);
+    }
+    let ln = ln_pmf_all(n, p);
+    // cdf[i] = P(Bin ≤ i), accumulated once.
+    let mut cdf = Vec::with_capacity(n as usize + 1);
+    let mut acc = 0.0f64;
+    for l in &ln {
+        acc += l.exp();
+        cdf.push(acc.min(1.0));
+    }
+    // Upper: smallest u in 1..=n with P(Bin ≤ u − 1) ≥ conf.
+    let upper = (1..=n).find(|&u| cdf[u as usize - 1] >= conf);
+    // Lower: largest l in 1..=n with P(Bin ≥ l) = 1 − P(Bin ≤ l − 1) ≥ conf.
+    let lower = (1..=n).rev().find(|&l| 1.0 - cdf[l as usize - 1] >= conf);
+    (lower, upper)
+}
+
+/// What a sample says about "p-quantile ≤ SLO".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Meets,
+    Misses,
+    Undecided,
+}
+
+/// One group's judgement.
+#[derive(Clone, Copy, Debug)]
+pub struct GroupJudgement {
+    pub n: usize,
+    pub verdict: Verdict,
+    /// Nearest-rank point estimate of the p-quantile.
+    pub point_ns: Nanos,
+    /// The order-statistic bounds (None: too few samples for that side).
+    pub lower_ns: Option<Nanos>,
+    pub upper_ns: Option<Nanos>,
+}
+
+/// Judges one group's latencies against `slo_ns` on the p-quantile at confidence `conf`.
+pub fn judge_group(latencies_ns: &[Nanos], p: f64, slo_ns: Nanos, conf: f64) -> GroupJudgement {
+    let mut v = latencies_ns.to_vec();
+    v.sort_unstable();
+    let n = v.len();
+    let (lo, up) = quantile_bound_ranks(n as u64, p, conf);
+    let lower_ns = lo.map(|r| v[r as usize - 1]);
+    let upper_ns = up.map(|r| v[r as usize - 1]);
+    let verdict = if upper_ns.is_some_and(|u| u <= slo_ns) {
+        Verdict::Meets
+    } else if lower_ns.is_some_and(|l| l > slo_ns) {
+        Verdict::Misses
+    } else {
+        Verdict::Undecided
+    };
+    let point_ns = if n == 0 { 0 } else { v[((p * n as f64).ceil() as usize).clamp(1, n) - 1] };
+    GroupJudgement { n, verdict, point_ns, lower_ns, upper_ns }
+}
+
+/// A probe's verdict from its groups': misses if any group misses, meets if
+/// all meet, otherwise undecided.
+pub fn combine(groups: impl IntoIterator<Item = Verdict>) -> Verdict {
+    let mut all_meet = true;
+    for v in groups {
+        match v {
+            Verdict::Misses => return Verdict::Misses,
+            Verdict::Undecided => all_meet = false,
+            Verdict::Meets => {}
+        }
+    }
+    if all_meet {
+        Verdict::Meets
+    } else {
+        Verdict::Undecided
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Exact P(Bin(n, p) ≤ k) the long way, independently of the recurrence:
+    /// C(n, i) as a product of ratios, p^i (1−p)^(n−i) by `powi`, summed
+    /// directly (fine for n ≤ 1000, where nothing underflows at p = 0.99 or 0.01).
+    fn direct_cdf(n: u64, p: f64, k: u64) -> f64 {
+        (0..=k.min(n))
+            .map(|i| {
+                let mut c = 1.0f64;
+                for j in 0..i {
+                    c *= (n - j) as f64 / (j + 1) as f64;
+                }
+                c * p.powi(i as i32) * (1.0 - p).powi((n - i) as i32)
+            })
+            .sum()
+    }
+
+    #[test]
+    fn binomial_cdf_matches_direct_sums() {
+        for &(n, p) in &[(1u64, 0.99), (10, 0.5), (41, 0.99), (192, 0.01), (192, 0.99), (300, 0.99), (1000, 0.99)] {
+            for k in 0..=n {
+                let (a, b) = (binom_cdf(n, p, k), direct_cdf(n, p, k));
+                assert!((a - b).abs() < 1e-9, "n {n} p {p} k {k}: {a} vs {b}");
+            }
+        }
+        // Hand-checkable values: P(Bin(2, ½) ≤ 0) = ¼, P(Bin(3, ½) ≤ 1) = ½.
+        assert!((binom_cdf(2, 0.5, 0) - 0.25).abs() < 1e-12);
+        assert!((binom_cdf(3, 0.5, 1) - 0.5).abs() < 1e-12);
+        // Large n stays finite: Bin(100000, 0.01) has mean 1000, sd ≈ 31.5.
+        let mid = binom_cdf(100_000, 0.01, 1000);
+        assert!(mid > 0.5 && mid < 0.52, "{mid}");
+        assert!(binom_cdf(100_000, 0.01, 900) < 1e-3);
+    }
+
+    #[test]
+    fn the_maximum_bounds_the_p99_from_299_samples_at_95_percent() {
+        // x_(n) ≥ q_99 with probability 1 − 0.99^n: 0.94997 at n = 298, 0.95047 at 299.
+        assert_eq!(quantile_bound_ranks(298, 0.99, 0.95).1, None);
+        assert_eq!(quantile_bound_ranks(299, 0.99, 0.95).1, Some(299));
+        // At 90%: n ≥ 230 (1 − 0.99^229 = 0.89974, 1 − 0.99^230 = 0.90074).
+        assert_eq!(quantile_bound_ranks(229, 0.99, 0.90).1, None);
+        assert_eq!(quantile_bound_ranks(230, 0.99, 0.90).1, Some(230));
+    }
+
+    #[test]
+    fn bound_ranks_agree_with_direct_binomial_sums() {
+        for &n in &[50u64, 192, 230, 473, 1000] {
+            for &conf in &[0.9, 0.95] {
+                let (lo, up) = quantile_bound_ranks(n, 0.99, conf);
+                // Upper: the smallest u with P(Bin(n, .99) ≤ u − 1) ≥ conf.
+                let want_up = (1..=n).find(|&u| direct_cdf(n, 0.99, u - 1) >= conf);
+                assert_eq!(up, want_up, "upper, n {n} conf {conf}");
+                // Lower: the largest l with P(Bin(n, .99) ≥ l) ≥ conf.
+                let want_lo = (1..=n).rev().find(|&l| 1.0 - direct_cdf(n, 0.99, l - 1) >= conf);
+                assert_eq!(lo, want_lo, "lower, n {n} conf {conf}");
+                if let (Some(l), Some(u)) = (lo, up) {
+                    assert!(l < u);
+                }
+            }
+        }
+        // n = 1000 at 95%: the 990th is the point estimate; the bounds are a few ranks either side.
+        let (lo, up) = quantile_bound_ranks(1000, 0.99, 0.95);
+        assert!(lo.unwrap() < 990 && up.unwrap() > 990 && up.unwrap() <= 1000, "{lo:?} {up:?}");
+    }
+
+    #[test]
+    fn the_bound_covers_the_quantile_as_often_as_stated() {
+        // Uniform(0, 1) samples, q_99 = 0.99: the upper bound should lie below it
+        // at most (1 − conf) of the time, the lower bound above it likewise.
+        let mut rng = tailor_core::rng::Rng::new(7);
+        let (n, conf, trials) = (500usize, 0.9, 2000);
+        let (mut up_below, mut lo_above) = (0, 0);
+        for _ in 0..trials {
+            let v: Vec<Nanos> = (0..n).map(|_| (rng.next_f64() * 1e9) as Nanos).collect();
+            let j = judge_group(&v, 0.99, 990_000_000, conf);
+            if j.upper_ns.unwrap() < 990_000_000 {
+                up_below += 1;
+            }
+            if j.lower_ns.unwrap() > 990_000_000 {
+                lo_above += 1;
+            }
+        }
+        let limit = (trials as f64 * (1.0 - conf) * 1.3) as usize;
+        assert!(up_below <= limit && lo_above <= limit, "{up_below} {lo_above} of {trials}");
+    }
+
+    #[test]
+    fn verdicts() {
+        let ms = 1_000_000;
+        // 192 queries, two above a 20 ms SLO (the 24 Nov run): not a miss, not a pass.
+        let mut v: Vec<Nanos> = (0..190).map(|i| (5 + i % 10) * ms).collect();
+        v.extend([22 * ms, 23 * ms]);
+        let j = judge_group(&v, 0.99, 20 * ms, 0.9);
+        assert_eq!(j.verdict, Verdict::Undecided);
+        assert_eq!(j.point_ns, 22 * ms, "the point estimate alone would call it a miss");
+        // 300 fast ones: meets at 90% (n ≥ 230).
+        let fast: Vec<Nanos> = vec![10 * ms; 300];
+        assert_eq!(judge_group(&fast, 0.99, 20 * ms, 0.9).verdict, Verdict::Meets);
+        // 100 with 10 above the SLO: misses (Bin(100, .01) ≥ 10 is ~1e-7).
+        let mut slow = vec![10 * ms; 90];
+        slow.extend(vec![30 * ms; 10]);
+        assert_eq!(judge_group(&slow, 0.99, 20 * ms, 0.9).verdict, Verdict::Misses);
+        assert_eq!(combine([Verdict::Meets, Verdict::Undecided]), Verdict::Undecided);
+        assert_eq!(combine([Verdict::Undecided, Verdict::Misses]), Verdict::Misses);
+        assert_eq!(combine([Verdict::Meets, Verdict::Meets]), Verdict::Meets);
+    }
+}
