@@ -336,6 +336,8 @@ pub struct Probe {
     /// Runs pooled (each `measure` long, seeds seed, seed + 1, …) and seconds measured in all.
     pub runs: u32,
     pub measured_s: f64,
+    /// Runs discarded and run again because of a machine stall ([`STALL_NS`]).
+    pub stalled_runs: u32,
     pub timer_p99_late_ns: Nanos,
     pub tasks_missed_pct: f64,
     /// Per-task overhead the handler measured (post-dequeue − service time).
@@ -411,6 +413,7 @@ impl Probe {
         r.tasks_admitted += other.report.tasks_admitted;
         self.runs += other.runs;
         self.measured_s += other.measured_s;
+        self.stalled_runs += other.stalled_runs;
     }
 
     /// The group that decides: a missing one, else an undecided one, else the
@@ -447,8 +450,13 @@ impl Probe {
                 classes[c as usize].slo_ns as f64 / 1e6
             )
         });
+        let stalled = if self.stalled_runs > 0 {
+            format!(", {} stalled run(s) redone", self.stalled_runs)
+        } else {
+            String::new()
+        };
         format!(
-            "{how} ({} run(s), {:.0} s measured, worst p99/SLO {:.3}{binding})",
+            "{how} ({} run(s), {:.0} s measured{stalled}, worst p99/SLO {:.3}{binding})",
             self.runs, self.measured_s, self.worst_ratio
         )
     }
@@ -557,6 +565,7 @@ fn run_in(
             groups: Vec::new(),
             runs: 1,
             measured_s: measure.as_secs_f64(),
+            stalled_runs: 0,
             timer_p99_late_ns: timer.lateness().p99_ns,
             tasks_missed_pct: 100.0 * missed as f64 / tasks as f64,
             overhead: handler.overhead(),
@@ -578,17 +587,52 @@ pub struct Judging {
     pub confidence: f64,
 }
 
+/// A run whose slowest query spent this long outside the queue and the
+/// service (start late, dispatch or return) was stalled by the machine, not
+/// scheduled: no queue policy makes a loopback send take 200 ms.
+pub const STALL_NS: i64 = 200_000_000;
+
+/// The longest non-scheduling part (start late, to send, dispatch, return) of any query in the run.
+pub fn worst_stall_ns(r: &RunReport) -> i64 {
+    r.groups
+        .values()
+        .flat_map(|g| g.traces.iter())
+        .map(|t| t.start_late_ns.max(t.to_send_ns).max(t.slowest.dispatch_ns()).max(t.slowest.return_ns()))
+        .max()
+        .unwrap_or(0)
+}
+
+/// One run with the stall guard: a run with a stall ≥ [`STALL_NS`] is run
+/// again (same seed, at most twice) and counted in `stalled_runs`.
+fn run_guarded(l: &Loaded, scheme: Scheme, load: f64, j: Judging) -> Result<Probe, crate::Error> {
+    let mut stalled = 0;
+    loop {
+        let mut p = run_real(l, scheme, load, None, j.warmup, j.chunk)?;
+        let worst = worst_stall_ns(&p.report);
+        if worst < STALL_NS || stalled >= 2 {
+            p.stalled_runs = stalled;
+            return Ok(p);
+        }
+        stalled += 1;
+        eprintln!(
+            "    (load {load:.3}, seed {}: a query stalled {:.0} ms outside queue and service; run again)",
+            l.cfg.seed,
+            worst as f64 / 1e6
+        );
+    }
+}
+
 /// One judged probe: runs pooled until decided or capped.
 pub fn run_judged(l: &Loaded, scheme: Scheme, load: f64, j: Judging) -> Result<Probe, crate::Error> {
     let classes = l.slo_classes();
-    let mut pooled = run_real(l, scheme, load, None, j.warmup, j.chunk)?;
+    let mut pooled = run_guarded(l, scheme, load, j)?;
     pooled.judge(&classes, j.confidence);
     while pooled.verdict == Verdict::Undecided
         && pooled.measured_s + j.chunk.as_secs_f64() <= j.cap.as_secs_f64() + 1e-9
     {
         let mut next = l.clone();
         next.cfg.seed = l.cfg.seed.wrapping_add(pooled.runs as u64);
-        let more = run_real(&next, scheme, load, None, j.warmup, j.chunk)?;
+        let more = run_guarded(&next, scheme, load, j)?;
         pooled.pool(more);
         pooled.judge(&classes, j.confidence);
     }
