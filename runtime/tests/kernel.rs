@@ -548,3 +548,54 @@ fn a_job_waking_on_a_full_node_waits_asleep_and_is_handed_the_cpu() {
     assert!(stats.waited_ns >= 30_000_000, "the caller waited for busy after its call: {stats:?}");
     assert_eq!((stats.completed, stats.errors, stats.fallbacks), (2, 0, 0), "{stats:?}");
 }
+
+/// Many jobs with short blocking calls on a node the policy keeps full: a block and a
+/// wake-up can both fall between two agent passes (the slot reads RUNNABLE before and
+/// after), and the woken job then waits for an admission only a fresh look can give.
+/// Every job must finish, promptly, with every thread's policy restored.
+#[test]
+fn a_full_node_with_short_blocking_calls_finishes_every_job() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    require_kernel!();
+    let path = table_path("churn");
+    let _file = TableFile(path.clone());
+    let cpus = tailor_runtime::available_cpus();
+    let agent = InProcessAgent::start(AgentConfig {
+        cpus,
+        ..agent_config(&path, PolicySpec::Orf { c: cpus, slice_us: 500.0 })
+    });
+    let sched = scheduler(BackendSpec::kernel(&path));
+    let (threads, jobs) = (3 * cpus, 300);
+    let next_gat = Arc::new(AtomicUsize::new(1));
+    let (done_tx, done_rx) = mpsc::channel();
+    for _ in 0..threads {
+        let (sched, next_gat, done_tx) = (sched.clone(), next_gat.clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            let before = sys::get_policy(0).unwrap();
+            sched.io_thread_started().unwrap();
+            for _ in 0..jobs {
+                let gat = next_gat.fetch_add(1, Ordering::Relaxed) as u64;
+                sched.run(&Context::stamped(gat), |permit| {
+                    cpu::burn_cpu(100_000);
+                    permit.blocked(|| std::thread::sleep(Duration::from_micros(50)));
+                    cpu::burn_cpu(100_000);
+                });
+            }
+            sched.io_thread_stopped();
+            done_tx.send(sys::get_policy(0).unwrap() == before).unwrap();
+        });
+    }
+    // ~0.1 s of work per CPU per 500 jobs: 60 s means jobs were stranded.
+    for t in 0..threads {
+        let restored = done_rx.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| {
+            panic!("{} of {threads} threads still stuck after 60 s: {:?}", threads - t, sched.stats())
+        });
+        assert!(restored, "a thread's policy was not restored");
+    }
+    let stats = sched.stats();
+    let report = agent.stop();
+    eprintln!("churn: {stats:?}\n  agent {report:?}");
+    assert_eq!(stats.completed, (threads * jobs) as u64, "{stats:?}");
+    assert_eq!((stats.errors, stats.fallbacks, report.errors), (0, 0, 0), "{stats:?} {report:?}");
+    assert!(report.handoffs > 0, "a full node hands CPUs on: {report:?}");
+}

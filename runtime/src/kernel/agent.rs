@@ -77,6 +77,8 @@ pub struct AgentReport {
 struct Registered {
     generation: u64,
     state: u64,
+    /// The slot's `wakes` when the agent last looked.
+    wakes: u32,
     pid: i32,
     tid: i32,
     orig: ThreadPolicy,
@@ -294,10 +296,20 @@ impl<'t> Agent<'t> {
     fn scan_slot(&mut self, now: Nanos, i: usize) {
         {
             let slot = self.table.slot(i);
-            let (generation, state) = table::unpack(slot.word.load(Ordering::Acquire));
+            let (generation, state) = table::unpack(slot.word.load(Ordering::SeqCst));
+            let wakes = slot.wakes.load(Ordering::SeqCst);
             let seen = self.registered[i];
             if let Some(r) = seen {
                 if r.generation == generation && r.state == state {
+                    if state == table::RUNNABLE && wakes != r.wakes {
+                        // It blocked and woke since the last pass: tell the policy both, and
+                        // forget where we put it (it moved itself, and may wait for admission).
+                        let id = job_id(i, generation);
+                        self.applied.remove(&id);
+                        self.driver.block(now, id);
+                        self.driver.wake(now, id);
+                        self.registered[i] = Some(Registered { wakes, ..r });
+                    }
                     return;
                 }
                 if r.generation != generation || state == table::FREE {
@@ -317,7 +329,7 @@ impl<'t> Agent<'t> {
                         table::RUNNABLE => self.driver.wake(now, id),
                         _ => {}
                     }
-                    self.registered[i] = Some(Registered { state, ..r });
+                    self.registered[i] = Some(Registered { state, wakes, ..r });
                     return;
                 }
             }
@@ -325,6 +337,7 @@ impl<'t> Agent<'t> {
                 let r = Registered {
                     generation,
                     state,
+                    wakes,
                     pid: slot.pid.load(Ordering::Relaxed) as i32,
                     tid: slot.tid.load(Ordering::Relaxed) as i32,
                     orig: ThreadPolicy {

@@ -317,6 +317,7 @@ impl KernelBackend {
         };
         let s = self.table.slot(reg.slot);
         s.admitted.store(admitted, Ordering::Relaxed);
+        s.wakes.fetch_add(1, Ordering::SeqCst);
         s.word.store(table::pack(reg.generation, table::RUNNABLE), Ordering::SeqCst);
         if fast {
             self.table.mark(reg.slot);

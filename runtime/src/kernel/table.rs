@@ -56,7 +56,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TAILORSC");
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// Default number of slots: concurrent jobs on the node, all processes together.
 pub const DEFAULT_SLOTS: u32 = 1024;
 
@@ -120,6 +120,10 @@ pub struct Slot {
     /// Written by the agent while this job runs and others wait: the job the policy
     /// runs next if this one leaves ([`pack_successor`]; 0 = none, ring the agent).
     pub successor: AtomicU64,
+    /// Wake-ups of this slot's jobs, counted by their threads before they store RUNNABLE:
+    /// a block and a wake-up between two agent passes leave the state RUNNABLE as it was,
+    /// and this is how the agent learns they happened.
+    pub wakes: AtomicU32,
 }
 
 /// Generation bits kept in a successor: enough to tell a slot's jobs apart across the
