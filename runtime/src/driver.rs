@@ -124,13 +124,16 @@ impl Driver {
         if !before.contains(&Some(id)) {
             return None;
         }
-        let mut copy = self.clone();
+        // A copy of the policy alone (the agent asks on every pass while jobs wait): the
+        // driver's own bookkeeping would only matter if the started job were blocked or
+        // done already, and such a job is no successor anyway.
+        let mut copy = self.policy.clone();
         copy.complete(now, id);
-        let after = copy.policy.running();
+        let after = copy.running();
         let stayed = before.iter().flatten().filter(|&&j| j != id).all(|j| after.contains(&Some(*j)));
         let mut started = after.iter().flatten().filter(|j| !before.contains(&Some(**j)));
         match (stayed, started.next(), started.next()) {
-            (true, Some(&s), None) => Some(s),
+            (true, Some(&s), None) if self.jobs.get(&s).is_some_and(|t| t.actual == Actual::Runnable) => Some(s),
             _ => None,
         }
     }
