@@ -89,7 +89,10 @@ async fn at_most_c_inside_admitted_in_gat_order_and_cancellation_frees_the_slot(
     for (gat, task) in waiting {
         assert_eq!(task.await.unwrap(), gat);
     }
-    let order = entered.lock().unwrap().clone();
+    let mut order = entered.lock().unwrap().clone();
+    // The two young ones were both admitted at once; which reached the inner service first
+    // is up to tokio (CI saw both orders).
+    order[..2].sort();
     assert_eq!(order, [9_000, 9_001, 200, 300, 400, 500], "admitted in GAT order; the cancelled waiter never entered");
     assert!(most.load(Ordering::SeqCst) <= C, "at most c = {C} inside at once");
     assert_eq!(sched.waiting(), 0);
