@@ -12,7 +12,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tailor_core::time::{NANOS_PER_SEC, NEVER};
 use tailor_core::wire::{self, grpc_timeout, EdgeRoute, WireError, WireStats};
@@ -30,6 +30,9 @@ use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status};
 use tonic_prost::ProstCodec;
 use tower::{Service, ServiceBuilder};
+
+mod common;
+use common::wait_until;
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct Call {}
@@ -267,14 +270,6 @@ async fn grpc_timeout_becomes_the_deadline_only_without_a_context() {
     let [tier2_seen, tier3_seen] = <[Seen; 2]>::try_from(call(&mut client, req).await.unwrap().tiers).unwrap();
     assert_eq!((tier2_seen.gat, tier2_seen.deadline), (gat, NEVER), "{tier2_seen:?}");
     assert_eq!(tier3_seen.grpc_timeout, "", "no deadline, no grpc-timeout sent: {tier3_seen:?}");
-}
-
-async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
 }
 
 /// `schedule_layer.rs`'s ordering test, through tonic: one place (c = 1), a young call

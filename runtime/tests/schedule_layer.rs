@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::Request;
 use tailor_core::{Context, PolicySpec};
@@ -13,13 +13,8 @@ use tailor_runtime::{BackendSpec, Scheduler, SchedulerOptions};
 use tokio::sync::Semaphore;
 use tower::{Layer, ServiceExt};
 
-async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
+mod common;
+use common::wait_until;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_most_c_inside_admitted_in_gat_order_and_cancellation_frees_the_slot() {
