@@ -13,7 +13,8 @@
 //! *tell* the agent something (a new job, a wake-up) needs a CPU to do it. So job
 //! threads start their jobs from above the band (I/O and pool threads run at
 //! [`IO_PRIORITY`]), and a job that blocks raises itself to [`IO_PRIORITY`] before it
-//! sleeps, so it can ring when it wakes; the agent then moves it to the band or below.
+//! sleeps, so it can ring when it wakes; it then re-enters the band itself if the node has
+//! room, or waits asleep until the agent admits it or a leaving job hands it a CPU.
 //!
 //! Priorities (SCHED_FIFO, all low: kernel threads such as migration/N and threaded
 //! IRQs at 50 stay above us): band [`BAND_PRIORITY`] < I/O threads [`IO_PRIORITY`] <

@@ -6,8 +6,9 @@
 //! `slots` × [`Slot`]. A slot belongs to one job of one thread
 //! at a time; its `word` packs `(generation << 8) | state` so a single load tells
 //! the agent both what the job is doing and whether it is still the same job.
-//! Writers: the job's thread (claim, context, state changes, free) and the agent
-//! (only to free the slot of a thread that died). Everything else the agent only reads.
+//! Writers: the job's thread (claim, context, state changes, free), the agent (`admitted`
+//! when it admits, `successor` while jobs wait, and `word` only to free the slot of a thread
+//! that died), and a job leaving the band (another slot's `admitted`, in the hand-off).
 //!
 //! Two protocols keep the agent cheap and its priority writes safe:
 //! - **dirty bits**: a thread that changes its slot sets the slot's bit, then rings;
