@@ -1,8 +1,10 @@
 //! The node agent: runs one policy instance for every job registered in the table and
 //! turns its decisions into thread priorities.
 //!
-//! Jobs the policy runs go to the SCHED_FIFO band ([`BAND_PRIORITY`]); every other job
-//! thread sits at SCHED_IDLE, where it only gets a CPU nobody else wants. The kernel
+//! Jobs the policy runs go to the SCHED_FIFO band ([`BAND_PRIORITY`]); a job that has not
+//! run yet, or is back from a blocking call, waits asleep for admission (or a hand-off,
+//! see `table`), and a job the policy preempts mid-run sits at SCHED_IDLE, where it only
+//! gets a CPU nobody else wants. The kernel
 //! does the preemption: promoting an old job above a running young one takes effect at
 //! once, and the agent demotes the young one on the same pass. The agent itself runs at
 //! [`AGENT_PRIORITY`], above the band, so it is never starved by the jobs it schedules.

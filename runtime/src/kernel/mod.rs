@@ -5,7 +5,9 @@
 //! - [`agent`]: the node agent (`tailor agent`), one policy instance for the node;
 //! - this module: the service side. A job's thread claims a slot, writes its context,
 //!   marks it runnable and rings the agent, which puts it in the SCHED_FIFO band when
-//!   the policy runs it and at SCHED_IDLE otherwise. A watchdog thread restores every
+//!   the policy runs it (until then it waits asleep; a job the policy preempts mid-run is
+//!   parked at SCHED_IDLE). See `table` for the fast path and the hand-off, which let a
+//!   job enter the band without the agent. A watchdog thread restores every
 //!   thread of this process and falls back to the cooperative backend if the agent's
 //!   heartbeat stops.
 //!
