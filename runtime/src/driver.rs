@@ -20,7 +20,8 @@ enum Actual {
     Done,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 struct Tracked {
     job: Job,
     /// What the thread is really doing.
@@ -30,7 +31,7 @@ struct Tracked {
 }
 
 /// A policy plus the real state of every job it was told about.
-#[derive(Clone)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) struct Driver {
     policy: AnyPolicy,
     jobs: HashMap<JobId, Tracked>,

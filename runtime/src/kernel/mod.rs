@@ -252,21 +252,25 @@ impl KernelBackend {
         start.elapsed().as_nanos() as u64
     }
 
-    /// Job `reg` leaves RUNNABLE for `state` (BLOCKED or FREE); returns whether jobs
-    /// were waiting for a CPU. The dirty bit is set before the CPU is given away (by the
-    /// hand-off, or as room a new job finds): an agent that finds a job started in this
-    /// one's place also finds, by its next scan, that this one left.
-    fn leave_band(&self, reg: &Registration, state: u64) -> bool {
+    /// Job `reg` leaves RUNNABLE for `state` (BLOCKED or FREE); returns what the CPU it
+    /// frees is owed: `None` if nobody waited, else the successor the agent published
+    /// (read first: once FREE, the slot may be claimed and cleared). The dirty bit is set
+    /// before the CPU is given away (by the hand-off, or as room a new job finds): an agent
+    /// that finds a job started in this one's place also finds, by its next scan, that
+    /// this one left.
+    fn leave_band(&self, reg: &Registration, state: u64) -> Option<u64> {
+        let successor = self.table.slot(reg.slot).successor.load(Ordering::SeqCst);
         self.table.leave_runnable(reg.slot, reg.generation, state);
         self.table.mark(reg.slot);
         let h = self.table.header();
-        h.runnable.fetch_sub(1, Ordering::SeqCst) > h.fast_limit.load(Ordering::SeqCst)
+        let was_full = h.runnable.fetch_sub(1, Ordering::SeqCst) > h.fast_limit.load(Ordering::SeqCst);
+        was_full.then_some(successor)
     }
 
-    /// After [`Self::leave_band`], with `successor` read from the slot before: if jobs
-    /// waited, hand the CPU to the policy's successor ourselves, or ring the agent.
-    fn cpu_freed(&self, successor: u64, was_full: bool) {
-        if was_full && !self.hand_off(successor) {
+    /// After [`Self::leave_band`]: if jobs waited, hand the CPU to the policy's successor
+    /// ourselves, or ring the agent.
+    fn cpu_freed(&self, waited: Option<u64>) {
+        if waited.is_some_and(|successor| !self.hand_off(successor)) {
             self.table.ring();
         }
     }
@@ -293,10 +297,9 @@ impl KernelBackend {
         // ring the agent even if the band is saturated (the agent then moves us).
         // BLOCKED first and wait out any agent write in flight, so the agent cannot
         // overwrite this with the band or SCHED_IDLE.
-        let successor = self.table.slot(reg.slot).successor.load(Ordering::SeqCst);
-        let was_full = self.leave_band(reg, table::BLOCKED);
+        let waited = self.leave_band(reg, table::BLOCKED);
         let _ = sys::set_policy(0, ThreadPolicy::fifo(IO_PRIORITY));
-        self.cpu_freed(successor, was_full);
+        self.cpu_freed(waited);
     }
 
     /// The job's blocking call returned; returns the ns it then waited to run again.
@@ -334,9 +337,7 @@ impl KernelBackend {
     pub fn leave(&self, reg: &Registration, counters: &Counters) {
         // FREE, then wait out any agent write in flight for this job: after that the
         // agent never writes this thread for this job, so our restore is the last word.
-        // The successor first: once FREE, the slot may be claimed and cleared.
-        let successor = self.table.slot(reg.slot).successor.load(Ordering::SeqCst);
-        let was_full = self.leave_band(reg, table::FREE);
+        let waited = self.leave_band(reg, table::FREE);
         match sys::set_policy(0, reg.orig) {
             Ok(()) => Counters::add(&counters.priority_changes, 1),
             Err(e) => {
@@ -345,7 +346,7 @@ impl KernelBackend {
             }
         }
         lock(&self.job_threads).remove(&reg.tid);
-        self.cpu_freed(successor, was_full);
+        self.cpu_freed(waited);
     }
 
     pub fn io_thread_started(&self) -> Result<(), RuntimeError> {
