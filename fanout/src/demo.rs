@@ -494,20 +494,6 @@ pub fn run_real_with(
         .map_err(|e| crate::Error::Io(e.to_string()))?;
     // The load generator runs on this thread (block_on): the workers' nice −10 too.
     crate::timer::raise_thread_priority();
-    run_in(&rt, l, scheme, load, admission, warmup, measure, sequential)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_in(
-    rt: &tokio::runtime::Runtime,
-    l: &Loaded,
-    scheme: Scheme,
-    load: f64,
-    admission: Option<AdmissionConfig>,
-    warmup: Duration,
-    measure: Duration,
-    sequential: Option<(Vec<u32>, BudgetSplit)>,
-) -> Result<Probe, crate::Error> {
     rt.block_on(async {
         let timer = Arc::new(PreciseTimer::start().map_err(|e| crate::Error::Io(e.to_string()))?);
         let shapes = l.server_shapes();
