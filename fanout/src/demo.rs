@@ -345,18 +345,21 @@ pub struct Probe {
 }
 
 impl Probe {
-    /// Judges the (pooled) report at `conf`: every (class, fan-out) group on its own.
+    /// Judges the (pooled) report at `conf`: every (class, fan-out) group meets on its
+    /// own, misses family-wise ([`judge::judge_probe`]).
     pub fn judge(&mut self, classes: &[SloClass], conf: f64) {
-        self.groups = self
+        let measured: Vec<((u8, u32), &[Nanos], f64, Nanos)> = self
             .report
             .groups
             .iter()
             .filter(|(_, g)| !g.latencies_ns.is_empty())
             .map(|(&key, g)| {
                 let c = classes[key.0 as usize];
-                (key, judge::judge_group(&g.latencies_ns, c.p, c.slo_ns, conf))
+                (key, g.latencies_ns.as_slice(), c.p, c.slo_ns)
             })
             .collect();
+        let inputs: Vec<(&[Nanos], f64, Nanos)> = measured.iter().map(|&(_, v, p, slo)| (v, p, slo)).collect();
+        self.groups = measured.iter().map(|m| m.0).zip(judge::judge_probe(&inputs, conf)).collect();
         let ok = self.report.completed() > 0 && self.report.errors == 0;
         self.verdict = if ok { judge::combine(self.groups.iter().map(|g| g.1.verdict)) } else { Verdict::Misses };
         self.worst_ratio = self
@@ -435,7 +438,7 @@ impl Probe {
     pub fn describe(&self, classes: &[SloClass], conf: f64) -> String {
         let how = match self.verdict {
             Verdict::Meets => format!("meets SLOs (every group, {:.0}% bound)", conf * 100.0),
-            Verdict::Misses => format!("misses (a group's {:.0}% lower bound > SLO)", conf * 100.0),
+            Verdict::Misses => format!("misses (a group's lower bound > SLO, {:.0}% for the probe)", conf * 100.0),
             Verdict::Undecided if self.met => "undecided at the cap: point estimates meet".into(),
             Verdict::Undecided => "undecided at the cap: a point estimate misses".into(),
         };
