@@ -23,6 +23,8 @@ struct State {
 
 /// Runs on every new pool thread before its first task.
 pub(crate) type OnStart = Box<dyn Fn() + Send + Sync>;
+/// Runs on a pool thread as it retires (idle for the retire time), its last act.
+pub(crate) type OnExit = Box<dyn Fn() + Send + Sync>;
 /// Runs on the spawning thread right after it created a pool thread, before that
 /// thread's [`OnStart`] (which waits for it): a thread that cannot get a CPU yet can
 /// still be given one from outside.
@@ -32,6 +34,9 @@ pub(crate) struct Pool {
     state: Mutex<State>,
     on_start: std::sync::OnceLock<OnStart>,
     on_spawn: std::sync::OnceLock<OnSpawn>,
+    on_exit: std::sync::OnceLock<OnExit>,
+    /// How long a thread waits for work before it retires.
+    idle_retire: Duration,
     /// Held across a spawn and its `on_spawn`; a new thread takes it before `on_start`,
     /// so it sees what its spawner did for it.
     spawning: Mutex<()>,
@@ -46,6 +51,8 @@ impl Pool {
             state: Mutex::new(State { tasks: VecDeque::new(), idle: 0, threads: 0 }),
             on_start: std::sync::OnceLock::new(),
             on_spawn: std::sync::OnceLock::new(),
+            on_exit: std::sync::OnceLock::new(),
+            idle_retire: IDLE_RETIRE,
             spawning: Mutex::new(()),
             work: Condvar::new(),
             max_threads: max_threads.max(1),
@@ -91,6 +98,11 @@ impl Pool {
         let _ = self.on_start.set(hook);
     }
 
+    /// Sets the hook a retiring thread runs last (once; later calls are ignored).
+    pub fn set_on_exit(&self, hook: OnExit) {
+        let _ = self.on_exit.set(hook);
+    }
+
     /// Sets the hook the spawning thread runs on each new thread (once; later calls are ignored).
     pub fn set_on_spawn(&self, hook: OnSpawn) {
         let _ = self.on_spawn.set(hook);
@@ -106,11 +118,15 @@ impl Pool {
         loop {
             st.idle += 1;
             while st.tasks.is_empty() {
-                let (guard, timeout) = self.work.wait_timeout(st, IDLE_RETIRE).unwrap_or_else(|p| p.into_inner());
+                let (guard, timeout) = self.work.wait_timeout(st, self.idle_retire).unwrap_or_else(|p| p.into_inner());
                 st = guard;
                 if timeout.timed_out() && st.tasks.is_empty() {
                     st.idle -= 1;
                     st.threads -= 1;
+                    drop(st);
+                    if let Some(hook) = self.on_exit.get() {
+                        hook();
+                    }
                     return;
                 }
             }
@@ -125,5 +141,42 @@ impl Pool {
     /// Threads alive (busy or idle).
     pub fn threads(&self) -> usize {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).threads
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_retiring_thread_runs_the_exit_hook_once() {
+        let mut pool = Pool::new(4, "test-pool".into());
+        pool.idle_retire = Duration::from_millis(20);
+        let pool = Arc::new(pool);
+        let (started, exited) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let s = started.clone();
+        pool.set_on_start(Box::new(move || {
+            s.fetch_add(1, Ordering::SeqCst);
+        }));
+        let e = exited.clone();
+        pool.set_on_exit(Box::new(move || {
+            e.fetch_add(1, Ordering::SeqCst);
+        }));
+        for _ in 0..3 {
+            assert!(pool.submit(Box::new(|| std::thread::sleep(Duration::from_millis(5)))).is_ok());
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while pool.threads() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(pool.threads(), 0, "every thread retired");
+        // `threads` drops before the hook runs: give the last hook a moment.
+        while exited.load(Ordering::SeqCst) < started.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(started.load(Ordering::SeqCst) >= 1);
+        assert_eq!(exited.load(Ordering::SeqCst), started.load(Ordering::SeqCst), "one exit per started thread");
     }
 }

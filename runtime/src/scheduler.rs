@@ -126,6 +126,16 @@ impl Scheduler {
                     }
                 }
             }));
+            // A retiring pool thread leaves the restore list (and the map would otherwise
+            // grow by one dead thread id per retirement over a service's life).
+            let weak = Arc::downgrade(&inner);
+            inner.pool.set_on_exit(Box::new(move || {
+                if let Some(inner) = weak.upgrade() {
+                    if let Backend::Kernel(k) = &inner.backend {
+                        k.io_thread_stopped();
+                    }
+                }
+            }));
         }
         Ok(Scheduler { inner })
     }
