@@ -99,6 +99,8 @@ pub struct DemoConfig {
     pub trace: Option<PathBuf>,
     /// Requests without a response after this long count as timeouts.
     pub timeout: Duration,
+    /// The caller holds CPU idle states off for the whole demo (recorded, not applied here).
+    pub idle_states_off: bool,
 }
 
 impl DemoConfig {
@@ -212,6 +214,8 @@ pub struct DemoReport {
     pub seed: u64,
     pub orf_c: usize,
     pub slice_us: f64,
+    /// `keep` or `off` (idle CPUs polled, /dev/cpu_dma_latency held at 0) for every run.
+    pub idle_states: String,
     /// The generator alone against a null server: offered rate, completions/s, p99 send lag.
     pub generator_offered_rps: f64,
     pub generator_max_rps: f64,
@@ -437,6 +441,7 @@ pub fn run(cfg: &DemoConfig, mut say: impl FnMut(&str)) -> Result<DemoReport, De
         seed: cfg.seed,
         orf_c: cfg.orf_c,
         slice_us: cfg.slice_us,
+        idle_states: if cfg.idle_states_off { "off" } else { "keep" }.into(),
         generator_offered_rps: gen_offered,
         generator_max_rps: gen_max,
         generator_p99_lag_us: gen_lag,
@@ -738,8 +743,9 @@ fn report_markdown(cfg: &DemoConfig, report: &DemoReport) -> String {
     );
     let _ = writeln!(
         s,
-        "Load generator alone: {:.0} req/s completed of {:.0} offered (p99 send lag {:.0} µs). The chain with zero demand, unloaded: p50 {:.0} µs, {:.0} µs of CPU per request (the simulator adds it as a CPU stage on the shared host), {:.0} µs per hop beyond it (the simulator's network delay). `bg CPUs`: CPUs' worth used by other processes during the run (a quiet machine has ~0).\n",
-        report.generator_max_rps, report.generator_offered_rps, report.generator_p99_lag_us, report.calibration.p50_us, report.calibration.overhead_us, report.calibration.hop_us
+        "Load generator alone: {:.0} req/s completed of {:.0} offered (p99 send lag {:.0} µs). The chain with zero demand, unloaded: p50 {:.0} µs, {:.0} µs of CPU per request (the simulator adds it as a CPU stage on the shared host), {:.0} µs per hop beyond it (the simulator's network delay). `bg CPUs`: CPUs' worth used by other processes during the run (a quiet machine has ~0). CPU idle states: {}.\n",
+        report.generator_max_rps, report.generator_offered_rps, report.generator_p99_lag_us, report.calibration.p50_us, report.calibration.overhead_us, report.calibration.hop_us,
+        if report.idle_states == "off" { "off (/dev/cpu_dma_latency held at 0: idle CPUs poll)" } else { "the machine's" }
     );
     let _ = writeln!(s, "```\n{}```\n", results_table(report));
     for sk in &report.skipped {

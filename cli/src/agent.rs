@@ -30,6 +30,11 @@ pub struct AgentArgs {
     /// Print the agent's counters once a second.
     #[arg(long)]
     verbose: bool,
+    /// CPU idle states while the agent runs: `keep`, or `off` (hold /dev/cpu_dma_latency
+    /// at 0: idle CPUs poll, so waking a job on another CPU costs a few µs instead of a
+    /// halted CPU's exit; released when the agent exits, however it exits).
+    #[arg(long, default_value = "keep", value_parser = ["keep", "off"])]
+    idle_states: String,
 }
 
 pub fn main(args: AgentArgs) -> Result<(), String> {
@@ -53,6 +58,13 @@ pub fn main(args: AgentArgs) -> Result<(), String> {
         kernel::BAND_PRIORITY,
         kernel::AGENT_PRIORITY
     );
+    let _idle = if args.idle_states == "off" {
+        let guard = tailor_node::idle::IdleStatesOff::hold()?;
+        eprintln!("tailor agent: CPU idle states off ({} held at 0)", guard.path().display());
+        Some(guard)
+    } else {
+        None
+    };
     let stop = kernel::stop_on_signals();
     let report = kernel::run_agent(&cfg, stop).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_file(&cfg.table);

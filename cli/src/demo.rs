@@ -64,6 +64,10 @@ pub struct DemoArgs {
     /// A fast smoke run: exp only, ρ = 0.5, 300 requests per mode.
     #[arg(long)]
     quick: bool,
+    /// CPU idle states during the runs: `keep` (the machine's) or `off` (hold
+    /// /dev/cpu_dma_latency at 0 so idle CPUs poll; root). Applies to every mode alike.
+    #[arg(long, default_value = "keep", value_parser = ["keep", "off"])]
+    idle_states: String,
 }
 
 #[derive(Subcommand)]
@@ -130,6 +134,7 @@ pub fn main(args: DemoArgs) -> Result<(), String> {
         slice_us: args.slice_us,
         trace: args.trace,
         timeout: Duration::from_secs_f64(args.timeout_s),
+        idle_states_off: args.idle_states == "off",
     };
     if args.quick {
         cfg.workloads = vec![Workload::Exp];
@@ -146,6 +151,15 @@ pub fn main(args: DemoArgs) -> Result<(), String> {
         cfg.loads,
         cfg.out.display()
     );
+    // Held for the whole invocation, so every mode runs under the same idle states; the
+    // kernel drops the request when this process exits, however it exits.
+    let _idle = if cfg.idle_states_off {
+        let guard = tailor_node::idle::IdleStatesOff::hold()?;
+        println!("CPU idle states off while the demo runs ({} held at 0)", guard.path().display());
+        Some(guard)
+    } else {
+        None
+    };
     let report = demo::run(&cfg, |line| println!("{line}")).map_err(|e| e.to_string())?;
     println!("\n{}", demo::results_table(&report));
     for s in &report.skipped {

@@ -7,6 +7,7 @@ pub mod attribution;
 mod cgfs;
 pub mod config;
 pub mod error;
+pub mod idle;
 pub mod journal;
 pub mod ladder;
 pub mod probe;
