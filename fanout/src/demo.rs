@@ -743,6 +743,23 @@ pub fn quantile_table_ms(h: &LatencyHistogram) -> String {
         .collect()
 }
 
+/// A generated simulator scenario; the hop-delay table it names (if any) is a
+/// temporary file, removed when this is dropped (the simulator reads it while it
+/// loads the scenario).
+pub struct SimScenario {
+    pub text: String,
+    _hop_table: Option<TempFile>,
+}
+
+/// A file removed on drop.
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// The simulator scenario equivalent to the config, for one scheme. With
 /// `delay` (from the per-task overhead measured on the real run), the scenario
 /// gets a network delay on each hop (to the server, and back with the
@@ -750,7 +767,7 @@ pub fn quantile_table_ms(h: &LatencyHistogram) -> String {
 /// real one's, its spread included ([`HopDelay::from_measured`]). The
 /// simulated deadlines stay SLO − x_p^u(k) of the service time: the overhead
 /// shifts every deadline by the same amount, which changes no EDF order.
-pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) -> Result<String, crate::Error> {
+pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) -> Result<SimScenario, crate::Error> {
     let service = match &l.cfg.service_time {
         // The simulator scenario is given the config's own directory, so a
         // relative table path resolves the same way.
@@ -790,6 +807,7 @@ pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) ->
         vals = list(l.cfg.fanouts.values.iter().map(|v| v.to_string()).collect()),
         ws = list(l.cfg.fanouts.weights.iter().map(|v| v.to_string()).collect()),
     );
+    let mut hop_table = None;
     match delay.filter(|d| d.mean_ns() > 0.0) {
         Some(HopDelay::Fixed { ns }) => {
             t += &format!("[network]\ndelay = {{ kind = \"fixed\", value_ms = {} }}\n\n", ns / 1e6);
@@ -802,6 +820,7 @@ pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) ->
             std::fs::write(&path, quantile_table_ms(&h))
                 .map_err(|e| crate::Error::Io(format!("{}: {e}", path.display())))?;
             t += &format!("[network]\ndelay = {{ kind = \"empirical\", file = {:?} }}\n\n", path.display().to_string());
+            hop_table = Some(TempFile(path));
         }
         None => {}
     }
@@ -820,15 +839,15 @@ pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) ->
         s.max_load,
         s.tolerance.min(0.01)
     );
-    Ok(t)
+    Ok(SimScenario { text: t, _hop_table: hop_table })
 }
 
 /// Max load under SLO in the simulator for one scheme (with the measured per-task overhead, if given).
 pub fn search_sim(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) -> Result<f64, crate::Error> {
-    let text = sim_scenario_toml(l, scheme, delay)?;
+    let scenario = sim_scenario_toml(l, scheme, delay)?;
     let path = l.base_dir.join(format!("{}-sim.toml", l.cfg.name));
     let loaded =
-        Scenario::from_toml(&text, &path).map_err(|e| crate::Error::Config(format!("simulator scenario: {e}")))?;
+        Scenario::from_toml(&scenario.text, &path).map_err(|e| crate::Error::Config(format!("simulator scenario: {e}")))?;
     let results = tailor_sim::sweep::max_load(&loaded, &Overrides::default(), 1)
         .map_err(|e| crate::Error::Config(format!("simulator: {e}")))?;
     Ok(results.first().map_or(0.0, |r| r.max_utilization))
@@ -1119,9 +1138,15 @@ mod tests {
         assert!(v.windows(2).all(|w| w[0] <= w[1]) && v[0] >= 0.09 && v[9999] <= 2.2, "{} {}", v[0], v[9999]);
         let l = Loaded::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/masstree-two-class.toml")))
             .expect("default config");
-        let text = sim_scenario_toml(&l, Scheme::TfEdfq, Some(HopDelay::Measured(Arc::new(h)))).unwrap();
+        let scenario = sim_scenario_toml(&l, Scheme::TfEdfq, Some(HopDelay::Measured(Arc::new(h)))).unwrap();
+        let text = &scenario.text;
         assert!(text.contains("kind = \"empirical\", file = "), "{text}");
         let path = l.base_dir.join("x-sim.toml");
-        Scenario::from_toml(&text, &path).expect("the simulator accepts the scenario");
+        Scenario::from_toml(text, &path).expect("the simulator accepts the scenario");
+        // The table is a temporary file: gone once the scenario is.
+        let table = text.split("delay = { kind = \"empirical\", file = \"").nth(1).and_then(|r| r.split('"').next()).expect("a table path").to_string();
+        assert!(Path::new(&table).exists(), "{table}");
+        drop(scenario);
+        assert!(!Path::new(&table).exists(), "{table} left behind");
     }
 }
