@@ -3,10 +3,12 @@
 //!
 //! Tales of the Tail (§4.6) lists CPU power saving among the sources of excess tail: a
 //! request that lands on an idle CPU waits for it to wake. On the VMs this project runs
-//! on, waking a thread on an idle vCPU costs ~22 µs against ~2.6 µs on a busy one
-//! (`benches/wakeup_cost.c`, docs/demo.md), and the kernel backend wakes threads across
-//! CPUs on most scheduling decisions. Writing 0 to `/dev/cpu_dma_latency` asks for no exit
-//! latency, so idle CPUs poll instead of halting; the cost is power (on a VM, host CPU).
+//! on, waking a thread on another, idle vCPU costs ~22 µs, on another busy one 13–14 µs,
+//! on the same CPU 2.6 µs (`benches/wakeup_cost.c`, docs/demo.md). Writing 0 to
+//! `/dev/cpu_dma_latency` asks for no exit latency, so idle CPUs poll instead of halting
+//! (a polling CPU also needs no IPI to notice a wake-up: 2.8 µs across CPUs here); the
+//! cost is power (on a VM, host CPU). It does not make IPIs to busy CPUs cheaper, which
+//! is why it did not lower the kernel backend's cost at high load (docs/demo.md).
 //!
 //! Fail-safe by construction: the kernel keeps the request only while the file stays
 //! open, so a crash, a kill or a dropped guard all restore the previous behaviour. No
