@@ -707,10 +707,10 @@ pub enum HopDelay {
     Fixed { ns: f64 },
     /// Drawn from what the handler measured ([`Overhead::per_hop`]: dispatch
     /// and after-service samples together), as an empirical table. The
-    /// simulator draws the outbound hop per task (a query of fan-out k waits
-    /// for the slowest of k draws, as a real query waits for its slowest
-    /// dispatch) and the return hop once per query (a real query has k
-    /// returns: the model stays a little optimistic for large k).
+    /// simulator draws both hops per task (`[network] returns = "per-task"`):
+    /// a query of fan-out k waits for the slowest of k dispatch-serve-return
+    /// paths, as a real query does. (Until 24 Nov the return hop was drawn once
+    /// per query, which left the simulator optimistic for large k.)
     Measured(Arc<LatencyHistogram>),
 }
 
@@ -810,7 +810,10 @@ pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) ->
     let mut hop_table = None;
     match delay.filter(|d| d.mean_ns() > 0.0) {
         Some(HopDelay::Fixed { ns }) => {
-            t += &format!("[network]\ndelay = {{ kind = \"fixed\", value_ms = {} }}\n\n", ns / 1e6);
+            t += &format!(
+                "[network]\ndelay = {{ kind = \"fixed\", value_ms = {} }}\nreturns = \"per-task\"\n\n",
+                ns / 1e6
+            );
         }
         Some(HopDelay::Measured(h)) => {
             // The table goes to a temporary file the scenario names (absolute path).
@@ -819,7 +822,10 @@ pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) ->
             let path = std::env::temp_dir().join(format!("tailor-fanout-hop-{}-{n}.txt", std::process::id()));
             std::fs::write(&path, quantile_table_ms(&h))
                 .map_err(|e| crate::Error::Io(format!("{}: {e}", path.display())))?;
-            t += &format!("[network]\ndelay = {{ kind = \"empirical\", file = {:?} }}\n\n", path.display().to_string());
+            t += &format!(
+                "[network]\ndelay = {{ kind = \"empirical\", file = {:?} }}\nreturns = \"per-task\"\n\n",
+                path.display().to_string()
+            );
             hop_table = Some(TempFile(path));
         }
         None => {}
@@ -846,8 +852,8 @@ pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) ->
 pub fn search_sim(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) -> Result<f64, crate::Error> {
     let scenario = sim_scenario_toml(l, scheme, delay)?;
     let path = l.base_dir.join(format!("{}-sim.toml", l.cfg.name));
-    let loaded =
-        Scenario::from_toml(&scenario.text, &path).map_err(|e| crate::Error::Config(format!("simulator scenario: {e}")))?;
+    let loaded = Scenario::from_toml(&scenario.text, &path)
+        .map_err(|e| crate::Error::Config(format!("simulator scenario: {e}")))?;
     let results = tailor_sim::sweep::max_load(&loaded, &Overrides::default(), 1)
         .map_err(|e| crate::Error::Config(format!("simulator: {e}")))?;
     Ok(results.first().map_or(0.0, |r| r.max_utilization))
@@ -1144,7 +1150,12 @@ mod tests {
         let path = l.base_dir.join("x-sim.toml");
         Scenario::from_toml(text, &path).expect("the simulator accepts the scenario");
         // The table is a temporary file: gone once the scenario is.
-        let table = text.split("delay = { kind = \"empirical\", file = \"").nth(1).and_then(|r| r.split('"').next()).expect("a table path").to_string();
+        let table = text
+            .split("delay = { kind = \"empirical\", file = \"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .expect("a table path")
+            .to_string();
         assert!(Path::new(&table).exists(), "{table}");
         drop(scenario);
         assert!(!Path::new(&table).exists(), "{table} left behind");

@@ -288,7 +288,8 @@ mod tests {
         let fast: Vec<Nanos> = vec![10 * ms; 300];
         let mut slow = vec![10 * ms; 90];
         slow.extend(vec![30 * ms; 10]);
-        let probe = [(fast.as_slice(), 0.99, 20 * ms), (slow.as_slice(), 0.99, 20 * ms), (fast.as_slice(), 0.99, 20 * ms)];
+        let probe =
+            [(fast.as_slice(), 0.99, 20 * ms), (slow.as_slice(), 0.99, 20 * ms), (fast.as_slice(), 0.99, 20 * ms)];
         let j = judge_probe(&probe, 0.9);
         assert_eq!(j.iter().map(|j| j.verdict).collect::<Vec<_>>(), [Verdict::Meets, Verdict::Misses, Verdict::Meets]);
         assert!((family_miss_confidence(0.9, 6) - (1.0 - 0.1 / 6.0)).abs() < 1e-12);

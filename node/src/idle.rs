@@ -37,7 +37,10 @@ impl IdleStatesOff {
 
     fn hold_at(path: &Path) -> Result<IdleStatesOff, String> {
         let mut f = OpenOptions::new().write(true).open(path).map_err(|e| {
-            format!("{}: {e} (root is needed to hold CPU idle states off; drop --idle-states off to run without)", path.display())
+            format!(
+                "{}: {e} (root is needed to hold CPU idle states off; drop --idle-states off to run without)",
+                path.display()
+            )
         })?;
         // The device takes a binary s32 (µs); 0 = poll, never enter a deeper idle state.
         f.write_all(&0i32.to_ne_bytes()).map_err(|e| format!("{}: cannot write the request: {e}", path.display()))?;

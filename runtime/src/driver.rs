@@ -35,11 +35,15 @@ struct Tracked {
 pub(crate) struct Driver {
     policy: AnyPolicy,
     jobs: HashMap<JobId, Tracked>,
+    /// Jobs the policy holds as waiting whose thread blocked or finished meanwhile (an
+    /// async request cancelled while it waited, say): the policy counts them, but
+    /// nobody waits for them to be admitted.
+    departed_waiting: usize,
 }
 
 impl Driver {
     pub fn new(policy: AnyPolicy) -> Self {
-        Driver { policy, jobs: HashMap::new() }
+        Driver { policy, jobs: HashMap::new(), departed_waiting: 0 }
     }
 
     fn is_running(&self, id: JobId) -> bool {
@@ -65,8 +69,10 @@ impl Driver {
             t.in_policy = false;
             self.policy.block(now, id);
             self.settle(now);
+        } else {
+            // It stays queued in the policy and is blocked when dispatched.
+            self.departed_waiting += 1;
         }
-        // Else it stays queued in the policy and is blocked when dispatched.
     }
 
     /// The job's thread is runnable again.
@@ -76,7 +82,9 @@ impl Driver {
             return;
         }
         t.actual = Actual::Runnable;
-        if !t.in_policy {
+        if t.in_policy {
+            self.departed_waiting -= 1; // still queued: waiting again, for real
+        } else {
             t.in_policy = true;
             let job = t.job;
             self.policy.wake(now, job);
@@ -93,6 +101,9 @@ impl Driver {
             self.jobs.remove(&id);
             self.settle(now);
         } else if t.in_policy {
+            if t.actual == Actual::Runnable {
+                self.departed_waiting += 1;
+            }
             t.actual = Actual::Done;
         } else {
             self.jobs.remove(&id);
@@ -112,8 +123,10 @@ impl Driver {
         self.policy.running()
     }
 
+    /// Jobs waiting to run: those the policy holds as waiting, less those whose thread
+    /// blocked or finished while they waited.
     pub fn waiting(&self) -> usize {
-        self.policy.waiting()
+        self.policy.waiting() - self.departed_waiting
     }
 
     /// The job the policy would start if running job `id` completed now, when that is
@@ -146,6 +159,9 @@ impl Driver {
                 let t = self.jobs.get(&id)?;
                 (t.actual != Actual::Runnable).then_some((id, t.actual))
             });
+            if pending.is_some() {
+                self.departed_waiting -= 1; // dispatched: no longer waiting
+            }
             match pending {
                 None => return,
                 Some((id, Actual::Blocked)) => {
@@ -271,6 +287,78 @@ mod tests {
         // Job 2 was dispatched and immediately completed: nothing left.
         assert_eq!(d.running(), &[None]);
         assert!(d.jobs.is_empty());
+    }
+
+    /// Only jobs whose thread really waits count: one that finished (an async request
+    /// cancelled while it waited) or blocked while queued does not, until it wakes.
+    #[test]
+    fn waiting_counts_only_jobs_that_still_wait() {
+        let mut d = Driver::new(PolicySpec::Gfifo.build_any(1, 0).unwrap());
+        for id in 1..=4 {
+            d.arrive(0, job(id, id * 10));
+        }
+        assert_eq!(d.waiting(), 3);
+        d.complete(1, 2); // cancelled while it waited
+        d.complete(1, 2); // reported twice: still one departure
+        assert_eq!(d.waiting(), 2);
+        d.block(2, 3);
+        assert_eq!(d.waiting(), 1);
+        d.wake(3, 3);
+        assert_eq!(d.waiting(), 2);
+        d.block(4, 3);
+        d.complete(5, 3); // blocked, then finished, while queued
+        assert_eq!(d.waiting(), 1);
+        d.complete(6, 1); // 2 and 3 are dispatched and leave at once; 4 runs
+        assert_eq!(d.running(), &[Some(4)]);
+        assert_eq!(d.waiting(), 0);
+        d.complete(7, 4);
+        assert!(d.jobs.is_empty());
+    }
+
+    /// `waiting()` against a recount, under random events on running and waiting jobs
+    /// alike (real threads block and finish whatever the policy thinks).
+    #[test]
+    fn waiting_matches_a_recount_under_random_events() {
+        for spec in [PolicySpec::Orf { c: 2, slice_us: 500.0 }, PolicySpec::Fifo, PolicySpec::Edf] {
+            let mut d = Driver::new(spec.build_any(2, 1).unwrap());
+            let mut seed = 11u64;
+            let mut draw = |n: u64| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (seed >> 33) % n
+            };
+            let (mut next_id, mut now, mut max_waiting) = (1u64, 0u64, 0);
+            for _ in 0..20_000 {
+                now += 1 + draw(100_000);
+                let known: Vec<JobId> = {
+                    let mut ids: Vec<JobId> = d.jobs.keys().copied().collect();
+                    ids.sort();
+                    ids
+                };
+                let any = (!known.is_empty()).then(|| known[draw(known.len() as u64) as usize]);
+                match (draw(10), any) {
+                    (0..=3, _) | (_, None) => {
+                        d.arrive(
+                            now,
+                            Job { id: next_id, gat: now - draw(now.min(1_000_000)), deadline: now, class: 0 },
+                        );
+                        next_id += 1;
+                    }
+                    (4 | 5, Some(id)) => d.block(now, id),
+                    (6 | 7, Some(id)) => d.wake(now, id),
+                    (8, _) => d.tick(now),
+                    (_, Some(id)) => d.complete(now, id),
+                }
+                let running = d.running().to_vec();
+                let recount = d
+                    .jobs
+                    .iter()
+                    .filter(|(id, t)| t.in_policy && t.actual == Actual::Runnable && !running.contains(&Some(**id)))
+                    .count();
+                assert_eq!(d.waiting(), recount, "{}", spec.name());
+                max_waiting = max_waiting.max(recount);
+            }
+            assert!(max_waiting > 3, "{}: jobs never queued ({max_waiting})", spec.name());
+        }
     }
 
     #[test]

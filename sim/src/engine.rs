@@ -18,6 +18,7 @@ use tailor_core::{AnyPolicy, Job, JobId, Nanos, Policy, PolicySpec, Rng};
 
 use crate::metrics::Recorder;
 use crate::model::{ArrivalModel, Fanout, Model};
+use crate::scenario::Returns;
 use crate::timers::NodeTimers;
 
 // Stream ids for Rng::derive, so adding a stream never shifts another.
@@ -34,6 +35,8 @@ enum EvKind {
     Noise { node: u32, cpu: u32 },
     /// The response reaches the edge.
     Respond { req: u32 },
+    /// A task's answer reaches its caller (`[network] returns = "per-task"`).
+    Return { act: u32 },
 }
 
 /// Where the next event comes from.
@@ -104,6 +107,8 @@ struct Task {
     /// Index into `Engine::gates`, or `NO_GATE`.
     gate: u32,
     remaining: Nanos,
+    /// The hop its answer takes back (0 unless answers return per task).
+    ret: Nanos,
     deadline: Nanos,
     /// The request's GAT and class, copied here so that building the task's
     /// `Job` and its first dispatch need no lookup of the activation and request.
@@ -508,6 +513,7 @@ impl<'m> Engine<'m> {
                         EvKind::Deliver { task } => self.on_deliver(task),
                         EvKind::Noise { node, cpu } => self.on_noise(node as usize, cpu as usize),
                         EvKind::Respond { req } => self.on_respond(req),
+                        EvKind::Return { act } => self.on_return(act),
                     }
                 }
             }
@@ -776,15 +782,20 @@ impl<'m> Engine<'m> {
             let r = self.reqs.get_mut(req);
             let demand = svc.service_time.sample_ns(&mut r.rng);
             let delay = m.network.as_ref().map_or(0, |d| d.sample_ns(&mut r.rng));
+            let ret = match (&m.network, m.returns) {
+                (Some(d), Returns::PerTask) => d.sample_ns(&mut r.rng),
+                _ => 0,
+            };
             r.demand += demand;
             let a = self.acts.get_mut(act);
-            a.ideal_end = a.ideal_end.max(ideal_start + delay + demand);
+            a.ideal_end = a.ideal_end.max(ideal_start + delay + demand + ret);
             let node = (svc.first_node + inst as usize) as u32;
             let task = self.tasks.insert(Task {
                 act,
                 node,
                 gate,
                 remaining: demand,
+                ret,
                 deadline,
                 gat,
                 class,
@@ -899,10 +910,19 @@ impl<'m> Engine<'m> {
             }
             self.admit_from_gate(t.gate as usize);
         }
-        let a = self.acts.get_mut(t.act);
+        if t.ret == 0 {
+            self.on_return(t.act);
+        } else {
+            self.push(self.now + t.ret, EvKind::Return { act: t.act });
+        }
+    }
+
+    /// A task's answer is back: the activation joins when the last one is.
+    fn on_return(&mut self, act: u32) {
+        let a = self.acts.get_mut(act);
         a.pending -= 1;
         if a.pending == 0 {
-            self.finish_activation(t.act);
+            self.finish_activation(act);
         }
     }
 
@@ -930,7 +950,11 @@ impl<'m> Engine<'m> {
         }
         r.outstanding -= 1;
         if r.outstanding == 0 {
-            let delay = m.network.as_ref().map_or(0, |d| d.sample_ns(&mut r.rng));
+            // Per-task answers are at the edge already.
+            let delay = match m.returns {
+                Returns::PerRequest => m.network.as_ref().map_or(0, |d| d.sample_ns(&mut r.rng)),
+                Returns::PerTask => 0,
+            };
             r.ideal_end += delay;
             if delay == 0 {
                 self.on_respond(req);

@@ -10,7 +10,7 @@ use tailor_core::tailguard::Planner;
 use tailor_core::time::{from_micros_f64, from_millis_f64, NANOS_PER_SEC};
 use tailor_core::{Nanos, PolicySpec};
 
-use crate::scenario::{ArrivalSpec, DeadlineMode, FanoutSpec, LoadedScenario, Scenario};
+use crate::scenario::{ArrivalSpec, DeadlineMode, FanoutSpec, LoadedScenario, Returns, Scenario};
 
 /// A service with its nodes' parameters.
 #[derive(Clone, Debug)]
@@ -139,6 +139,8 @@ pub struct Model {
     pub utilization: f64,
     pub in_flight_cap: Option<u64>,
     pub network: Option<Dist>,
+    /// Whether answers return per task or once per request (`[network] returns`).
+    pub returns: Returns,
     /// (interrupts per ns per CPU, duration).
     pub noise: Option<(f64, Dist)>,
     pub deadline_mode: DeadlineMode,
@@ -366,6 +368,7 @@ impl Model {
             utilization,
             in_flight_cap: sc.load.in_flight_cap,
             network,
+            returns: sc.network.as_ref().map_or(Returns::PerRequest, |n| n.returns),
             noise,
             deadline_mode: sc.deadlines.mode,
             budgets: Budgets::default(),

@@ -113,6 +113,23 @@ pub enum ArrivalSpec {
 pub struct NetworkSpec {
     /// One-way delay of each hop.
     pub delay: DistSpec,
+    /// Where the answers go (see [`Returns`]).
+    #[serde(default)]
+    pub returns: Returns,
+}
+
+/// How answers travel back, which decides how many return hops a request pays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Returns {
+    /// A pipeline: each stage forwards to the next, and the request pays one hop
+    /// back to the edge at the end.
+    #[default]
+    PerRequest,
+    /// Every task is a call from the edge (a query handler): each task's answer
+    /// comes back over its own hop and the stage joins when the slowest answer
+    /// arrives, so a fan-out of k waits for the slowest of k returns; no final hop.
+    PerTask,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -327,3 +327,51 @@ service_time = { kind = "exp", mean_ms = 1 }
         0.05,
     );
 }
+
+/// A fan-out of k with no queueing (utilization 10⁻³): each task pays a hop out,
+/// a fixed service time S and, when answers return per task, a hop back of its own,
+/// so a query takes S + the slowest of k sums of two Exp(d) hops (Erlang-2);
+/// when answers return once per request, S + the slowest of k Exp(d) hops + one more.
+#[test]
+fn fan_out_hops_per_task_and_per_request() {
+    let (k, d, s) = (10u32, 1.0f64, 1.0f64);
+    let scenario = |returns: &str| {
+        format!(
+            r#"
+name = "hops"
+seed = 61
+[load]
+utilization = 0.001
+[network]
+delay = {{ kind = "exp", mean_ms = {d} }}
+returns = "{returns}"
+[[service]]
+name = "s"
+instances = 100
+cores = 1
+policy = {{ kind = "fifo" }}
+service_time = {{ kind = "fixed", value_ms = {s} }}
+[[stage]]
+name = "fan"
+service = "s"
+fanout = {k}
+"#
+        )
+    };
+    // E[max of k iid X] = ∫ 1 − F(t)^k dt, by the trapezoid rule far into the tail.
+    let expected_max = |cdf: &dyn Fn(f64) -> f64| {
+        let (h, end) = (1e-4, 60.0 * d);
+        (0..(end / h) as usize).map(|i| h * (1.0 - cdf((i as f64 + 0.5) * h).powi(k as i32))).sum::<f64>()
+    };
+    let erlang2 = |t: f64| 1.0 - (-t / d).exp() * (1.0 + t / d);
+    let exp = |t: f64| 1.0 - (-t / d).exp();
+    let per_task = simulate(&scenario("per-task"), 40_000);
+    let lat = latencies_ms(&per_task, |_| true);
+    assert_agrees("per-task returns, mean", batch_estimate(&lat, mean), s + expected_max(&erlang2), 0.01);
+    let per_request = simulate(&scenario("per-request"), 40_000);
+    let lat = latencies_ms(&per_request, |_| true);
+    let harmonic: f64 = (1..=k).map(|i| 1.0 / i as f64).sum();
+    assert_agrees("per-request return, mean", batch_estimate(&lat, mean), s + d * harmonic + d, 0.01);
+    // The closed form of the second matches the integral used for the first.
+    assert!((expected_max(&exp) - d * harmonic).abs() < 1e-3);
+}
