@@ -523,7 +523,17 @@ pub fn run_real_with(
             offline: Arc::new(Scaled { dist: l.service.clone(), factor: l.cfg.time_scale }),
             admission,
             refresh: Duration::from_millis(250),
-            min_samples: 200.0,
+            min_samples: Handler::tail_samples(
+                &l.slo_classes(),
+                l.cfg
+                    .fanouts
+                    .values
+                    .iter()
+                    .chain(sequential.iter().flat_map(|(ks, _)| ks.iter()))
+                    .copied()
+                    .max()
+                    .unwrap_or(1),
+            ),
             seed: l.cfg.seed,
         })?;
         let refresher = handler.spawn_refresher();

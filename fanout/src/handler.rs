@@ -15,10 +15,16 @@
 //!
 //! The planner's per-server CDFs of post-dequeue time start from an offline
 //! distribution and are learned online (§III.B.2): every task result adds
-//! (round trip − time queued at the server) to its server's histogram, or,
-//! centrally queued, (result time − release time). A background refresh
-//! builds a new planner from the histograms off the query path and swaps it
-//! in, then halves the histograms' weights so they track change.
+//! (result time − the dequeue time the server reports) to its server's
+//! histogram, or, centrally queued, (result time − release time). A background
+//! refresh builds a new planner from the histograms off the query path and
+//! swaps it in. A server's own histogram replaces the offline CDF once it holds
+//! `min_samples`; until then the pool of every server's samples does, once *it*
+//! holds that many (servers alike: the pool gets there N times sooner). A
+//! histogram is halved when it holds twice `min_samples`, so it tracks change
+//! with a memory counted in samples, not seconds: a CDF whose tail decides a
+//! fan-out-k deadline needs samples beyond its p^(1/k) quantile however slowly
+//! they come ([`Handler::tail_samples`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -134,7 +140,8 @@ pub struct HandlerConfig {
     pub admission: Option<AdmissionConfig>,
     /// How often the planner is rebuilt from the learned CDFs.
     pub refresh: Duration,
-    /// Samples a server's histogram needs before it replaces the offline CDF.
+    /// Samples a learned CDF (a server's own, or the pool of all servers') needs
+    /// before it replaces the offline CDF; see [`Handler::tail_samples`].
     pub min_samples: f64,
     pub seed: u64,
 }
@@ -217,6 +224,10 @@ pub struct HandlerStats {
     pub tasks_missed: AtomicU64,
     pub task_errors: AtomicU64,
     pub planner_refreshes: AtomicU64,
+    /// At the last refresh: servers planned with their own learned CDF, and with
+    /// the pool's (the rest use the offline CDF).
+    pub servers_on_own_cdf: AtomicU64,
+    pub servers_on_pooled_cdf: AtomicU64,
     /// Sequential plans computed (background refreshes, `prepare_request`, cold misses).
     pub plan_computes: AtomicU64,
     /// Their total compute time, ns.
@@ -286,6 +297,8 @@ pub struct Handler {
     outstanding: Vec<Mutex<BTreeMap<Nanos, u32>>>,
     /// Mean of the offline post-dequeue CDF (until a server has learned its own).
     offline_mean_ns: f64,
+    /// Mean of the pooled learned CDF as of the last refresh, in ns (0: not learned yet).
+    pooled_mean_ns: AtomicU64,
     pub stats: HandlerStats,
 }
 
@@ -386,6 +399,7 @@ impl Handler {
             outstanding: (0..n).map(|_| Mutex::new(BTreeMap::new())).collect(),
             offline_mean_ns: (0..1000).map(|i| cfg.offline.quantile((i as f64 + 0.5) / 1000.0) as f64).sum::<f64>()
                 / 1000.0,
+            pooled_mean_ns: AtomicU64::new(0),
             admission,
             central,
             rng: Mutex::new(Rng::new(cfg.seed)),
@@ -482,20 +496,43 @@ impl Handler {
         self.plans.lock().expect("plans poisoned").find(class, fanouts, split == BudgetSplit::Proportional)
     }
 
-    /// One online update (§III.B.2): servers with enough samples get their learned CDF.
+    /// Samples a learned CDF needs before the planner may use it: ten beyond the
+    /// quantile that decides the deadline of the largest fan-out, p^(1/k) for the
+    /// strictest class percentile p (the slowest of k tasks is under x with
+    /// probability F(x)^k). p = 0.99: k = 32 needs ~32,000, k = 100 ~100,000.
+    pub fn tail_samples(classes: &[SloClass], max_fanout: u32) -> f64 {
+        let p = classes.iter().map(|c| c.p).fold(0.0, f64::max).clamp(0.5, 0.999_999);
+        10.0 / (1.0 - p.powf(1.0 / max_fanout.max(1) as f64))
+    }
+
+    /// One online update (§III.B.2): each server gets its own learned CDF if it
+    /// has `min_samples`, else the pool's if that has, else the offline one.
     pub fn refresh_planner(&self) {
         let n = self.cfg.servers.len();
-        let cdfs: Vec<SharedCdf> = self
+        let min = self.cfg.min_samples;
+        let mut pool = LatencyHistogram::new();
+        let own: Vec<Option<SharedCdf>> = self
             .learned
             .iter()
             .map(|h| {
                 let mut h = h.lock().expect("histogram poisoned");
-                let cdf: SharedCdf =
-                    if h.count() >= self.cfg.min_samples { Arc::new(h.snapshot()) } else { self.cfg.offline.clone() };
-                h.decay(0.5);
+                pool.merge(&h);
+                let cdf: Option<SharedCdf> = (h.count() >= min).then(|| Arc::new(h.snapshot()) as SharedCdf);
+                if h.count() >= 2.0 * min {
+                    h.decay(0.5);
+                }
                 cdf
             })
             .collect();
+        let pooled: Option<SharedCdf> = (pool.count() >= min).then(|| Arc::new(pool.snapshot()) as SharedCdf);
+        self.pooled_mean_ns.store(if pooled.is_some() { pool.mean() as u64 } else { 0 }, Ordering::Relaxed);
+        let on_own = own.iter().filter(|c| c.is_some()).count();
+        self.stats.servers_on_own_cdf.store(on_own as u64, Ordering::Relaxed);
+        self.stats
+            .servers_on_pooled_cdf
+            .store(if pooled.is_some() { (n - on_own) as u64 } else { 0 }, Ordering::Relaxed);
+        let cdfs: Vec<SharedCdf> =
+            own.into_iter().map(|c| c.or_else(|| pooled.clone()).unwrap_or_else(|| self.cfg.offline.clone())).collect();
         // Built and precomputed off the lock; queries keep using the old one meanwhile.
         let Ok(mut fresh) = Planner::new(self.cfg.classes.clone(), TailModel::PerServer(cdfs.clone())) else { return };
         fresh.precompute(n as u32);
@@ -841,8 +878,11 @@ impl Handler {
         }
         let mean = {
             let h = self.learned[s].lock().expect("histogram poisoned");
+            let pooled = self.pooled_mean_ns.load(Ordering::Relaxed);
             if h.count() >= self.cfg.min_samples {
                 h.mean()
+            } else if pooled > 0 {
+                pooled as f64
             } else {
                 self.offline_mean_ns
             }
@@ -935,4 +975,88 @@ struct TaskReply {
 /// Offline estimate helper: a [`Cdf`] as the planner's shared type.
 pub fn shared_cdf<C: Cdf + Send + Sync + 'static>(c: C) -> SharedCdf {
     Arc::new(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demo::Scaled;
+    use tailor_core::dist::Dist;
+
+    fn handler(min_samples: f64) -> Arc<Handler> {
+        Handler::new(HandlerConfig {
+            scheme: Scheme::TfEdfq,
+            queuing: Queuing::AtServers,
+            classes: vec![SloClass { p: 0.99, slo_ns: 100_000_000 }],
+            // Never contacted: the test feeds results to the histograms directly.
+            servers: (0..4).map(|i| SocketAddr::from(([127, 0, 0, 1], 9 + i))).collect(),
+            server_weights: Vec::new(),
+            offline: Arc::new(Scaled { dist: Dist::fixed_ns(10e6), factor: 1.0 }),
+            admission: None,
+            refresh: Duration::from_millis(250),
+            min_samples,
+            seed: 1,
+        })
+        .unwrap()
+    }
+
+    fn feed(h: &Handler, server: usize, n: usize, ns: Nanos) {
+        let mut hist = h.learned[server].lock().unwrap();
+        for _ in 0..n {
+            hist.record(ns);
+        }
+    }
+
+    fn near(got: Nanos, want_ms: f64) -> bool {
+        (got as f64 / 1e6 / want_ms - 1.0).abs() < 0.05
+    }
+
+    /// §III.B.2: results replace the offline CDF, first through the pool of every
+    /// server's samples, then per server, and a histogram's memory is counted in
+    /// samples (halved at twice the threshold), not in refreshes.
+    #[test]
+    fn learned_cdfs_replace_the_offline_one_pooled_first_then_per_server() {
+        let h = handler(1000.0);
+        h.refresh_planner();
+        assert!(near(h.unloaded_tail(0, 1), 10.0), "offline: {}", h.unloaded_tail(0, 1));
+        assert_eq!(h.stats.servers_on_pooled_cdf.load(Ordering::Relaxed), 0);
+
+        // 300 results of 20 ms per server: none has 1000 of its own, the pool has 1200.
+        for s in 0..4 {
+            feed(&h, s, 300, 20_000_000);
+        }
+        h.refresh_planner();
+        assert!(near(h.unloaded_tail(0, 1), 20.0), "pooled: {}", h.unloaded_tail(0, 1));
+        assert_eq!(h.stats.servers_on_own_cdf.load(Ordering::Relaxed), 0);
+        assert_eq!(h.stats.servers_on_pooled_cdf.load(Ordering::Relaxed), 4);
+        assert!(near(h.expected_wait(2, 2), 30.0), "pooled mean: {}", h.expected_wait(2, 2));
+        // Refreshing again forgets nothing below twice the threshold.
+        h.refresh_planner();
+        assert_eq!(h.learned[0].lock().unwrap().count(), 300.0);
+
+        // Server 0 slows down to 40 ms and learns its own CDF: a query on all four
+        // servers now waits for it.
+        feed(&h, 0, 1000, 40_000_000);
+        h.refresh_planner();
+        assert_eq!(h.stats.servers_on_own_cdf.load(Ordering::Relaxed), 1);
+        assert_eq!(h.stats.servers_on_pooled_cdf.load(Ordering::Relaxed), 3);
+        assert!(near(h.unloaded_tail(0, 4), 40.0), "per server: {}", h.unloaded_tail(0, 4));
+        assert!(h.expected_wait(0, 2) > h.expected_wait(1, 2));
+
+        // At twice the threshold a histogram is halved after the refresh.
+        feed(&h, 1, 1700, 20_000_000);
+        h.refresh_planner();
+        assert_eq!(h.learned[1].lock().unwrap().count(), 1000.0);
+        assert_eq!(h.stats.servers_on_own_cdf.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn tail_samples_cover_the_quantile_the_largest_fan_out_needs() {
+        let c = [SloClass { p: 0.99, slo_ns: 1 }, SloClass { p: 0.95, slo_ns: 1 }];
+        let k100 = Handler::tail_samples(&c, 100);
+        assert!((99_000.0..100_500.0).contains(&k100), "{k100}");
+        let k1 = Handler::tail_samples(&c, 1);
+        assert!((999.0..1001.0).contains(&k1), "{k1}");
+        assert!(Handler::tail_samples(&c, 32) < k100);
+    }
 }

@@ -6,7 +6,7 @@
 //! ```text
 //! tailor-fanout servers --count 2 --policy edf --service-fixed-ms 50
 //! tailor-fanout handler --servers 127.0.0.1:4001,127.0.0.1:4002 --scheme tf-edfq \
-//!     --slo-ms 100 --offline-fixed-ms 50 [--queuing central] [--r-th 0.05 --window-ms 2000]
+//!     --slo-ms 100 --offline-fixed-ms 50 [--min-samples N] [--queuing central] [--r-th 0.05 --window-ms 2000]
 //! tailor-fanout probe fanout/configs/masstree-two-class.toml tf-edfq 0.4
 //! ```
 //!
@@ -135,19 +135,22 @@ fn handler(f: &HashMap<String, String>) -> Result<(), String> {
         }),
         None => None,
     };
+    let classes = vec![
+        SloClass { p: 0.99, slo_ns: from_millis_f64(slo_ms) },
+        SloClass { p: 0.99, slo_ns: from_millis_f64(slo_ms * 1.5) },
+    ];
+    // Default: enough samples for the tail a query on every server needs.
+    let min_samples = get(f, "min-samples", Some(Handler::tail_samples(&classes, servers.len() as u32)))?;
     let cfg = HandlerConfig {
         scheme,
         queuing,
-        classes: vec![
-            SloClass { p: 0.99, slo_ns: from_millis_f64(slo_ms) },
-            SloClass { p: 0.99, slo_ns: from_millis_f64(slo_ms * 1.5) },
-        ],
+        classes,
         servers,
         server_weights: Vec::new(),
         offline: Arc::new(Scaled { dist: Dist::fixed_ns(offline_ms * 1e6), factor: 1.0 }),
         admission,
         refresh: Duration::from_millis(250),
-        min_samples: 200.0,
+        min_samples,
         seed: 1,
     };
     let rt = runtime()?;
