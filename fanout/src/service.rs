@@ -79,13 +79,17 @@ async fn handle(h: Arc<Handler>, req: Request<Incoming>) -> Result<Response<Full
         return Ok(text(
             StatusCode::OK,
             format!(
-                "admitted {}\nrejected {}\ntasks {}\ntasks_missed {}\ntask_errors {}\nmiss_ratio {:.6}\n",
+                "admitted {}\nrejected {}\ntasks {}\ntasks_missed {}\ntask_errors {}\nmiss_ratio {:.6}\n\
+                 planner_refreshes {}\nservers_on_own_cdf {}\nservers_on_pooled_cdf {}\n",
                 s.admitted.load(Ordering::Relaxed),
                 s.rejected.load(Ordering::Relaxed),
                 s.tasks.load(Ordering::Relaxed),
                 s.tasks_missed.load(Ordering::Relaxed),
                 s.task_errors.load(Ordering::Relaxed),
-                h.miss_ratio()
+                h.miss_ratio(),
+                s.planner_refreshes.load(Ordering::Relaxed),
+                s.servers_on_own_cdf.load(Ordering::Relaxed),
+                s.servers_on_pooled_cdf.load(Ordering::Relaxed)
             ),
         ));
     }

@@ -164,6 +164,40 @@ fn deadlines_travel_on_the_wire_from_handler_to_task_servers() {
     }
 }
 
+/// §III.B.2 on real sockets: the handler starts from a wrong offline estimate
+/// (5 ms) of servers that take 20 ms; the post-dequeue times it learns from the
+/// results replace it, through the pool first and then per server, and the
+/// budgets of the next queries follow (SLO − x_99^u(k) of ~20 ms, not of 5).
+#[test]
+fn learned_post_dequeue_times_replace_a_wrong_offline_estimate() {
+    let servers = start(&["servers", "--count", "2", "--policy", "edf", "--service-fixed-ms", "20"]);
+    let list = format!("{},{}", servers.addrs[0], servers.addrs[1]);
+    #[rustfmt::skip]
+    let handler = start(&[
+        "handler", "--servers", &list, "--scheme", "tf-edfq", "--slo-ms", "100",
+        "--offline-fixed-ms", "5", "--min-samples", "20",
+    ]);
+    let h = handler.addrs[0];
+    let query = || {
+        let r = http(h, "POST", "/query", &[("tailor-class", "0".into()), ("tailor-fanout", "2".into())]);
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.num("tailor-budget-ns")
+    };
+    assert_eq!(query(), 95_000_000, "before any result: 100 ms SLO − the offline 5 ms");
+    // Each query brings one result per server: the pool (both servers) reaches 20
+    // samples after 10 queries, each server after 20.
+    wait_until("the servers' own learned CDFs", || {
+        query();
+        stat(h, "servers_on_own_cdf") == 2
+    });
+    let budget = query();
+    assert!(
+        (60_000_000..=80_500_000).contains(&budget),
+        "budget {budget} ns: 100 ms − a learned tail of at least the 20 ms service"
+    );
+    assert!(stat(h, "planner_refreshes") > 0);
+}
+
 /// Serves a blocker, then queues a task with a late deadline and one with an
 /// earlier deadline; returns the served order (served-seq) of (late, early).
 fn served_order(policy: &str) -> (i64, i64) {
