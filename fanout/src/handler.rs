@@ -869,9 +869,10 @@ impl Handler {
 
     /// Expected wait of a task that has `ahead` tasks before it at server `s`
     /// (the one in service among them, half done on average): (ahead − ½) ×
-    /// the server's mean post-dequeue time, learned or offline. A lower bound
-    /// under EDF (a later task with an earlier deadline can still overtake),
-    /// so a predicted miss is one that will almost surely happen.
+    /// the server's mean post-dequeue time (its own, the pool's or the offline
+    /// one, as the planner picks). A lower bound under EDF (a later task with an
+    /// earlier deadline can still overtake), so a predicted miss is one that
+    /// will almost surely happen.
     pub fn expected_wait(&self, s: usize, ahead: u32) -> Nanos {
         if ahead == 0 {
             return 0;
