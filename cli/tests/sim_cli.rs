@@ -81,13 +81,19 @@ fn semantic_problems_are_reported_together() {
     let f = dir.join("bad.toml");
     std::fs::write(
         &f,
-        "name = \"x\"\n[load]\nrps = -1\n[[service]]\nname = \"a\"\ncores = 0\npolicy = { kind = \"orf\", c = 0 }\nservice_time = { kind = \"exp\", mean_ms = 1 }\n[[stage]]\nname = \"s\"\nservice = \"nope\"\n",
+        "name = \"x\"\n[load]\nrps = -1\n[[service]]\nname = \"a\"\ncores = 0\npolicy = { kind = \"orf\", c = 0 }\nservice_time = { kind = \"exp\", mean_ms = 1 }\ngroups = [ { first = 0, count = 2, scale = 2.0 } ]\n[[stage]]\nname = \"s\"\nservice = \"nope\"\n",
     )
     .unwrap();
     let out = tailor(&["sim", f.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    for needle in ["rps = -1", "cores = 0", "`c` must be at least 1", "\"nope\" is not declared"] {
+    for needle in [
+        "rps = -1",
+        "cores = 0",
+        "`c` must be at least 1",
+        "\"nope\" is not declared",
+        "groups entry { first = 0, count = 2",
+    ] {
         assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
     }
 }

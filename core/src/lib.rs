@@ -10,6 +10,7 @@
 pub mod context;
 pub mod dist;
 pub mod latency;
+pub mod pick;
 pub mod policy;
 pub mod rng;
 pub mod tailguard;

@@ -804,9 +804,23 @@ pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) ->
     let mode = if scheme == Scheme::TEdfq { "slo" } else { "tailguard" };
     let s = &l.cfg.search;
     let list = |v: Vec<String>| v.join(", ");
+    // Heterogeneous servers: the simulator scales and picks its instances as the real run does.
+    let groups = if l.cfg.groups.is_empty() {
+        String::new()
+    } else {
+        let g: Vec<String> = l
+            .cfg
+            .groups
+            .iter()
+            .map(|g| {
+                format!("{{ first = {}, count = {}, scale = {}, weight = {} }}", g.first, g.count, g.scale, g.weight)
+            })
+            .collect();
+        format!("groups = [ {} ]\n", list(g))
+    };
     let mut t = format!(
         "name = \"{name}-{policy}-{mode}\"\nseed = {seed}\nrequests = {req}\nwarmup = {warm}\n\n[load]\nutilization = {lo}\n\n\
-         [[service]]\nname = \"server\"\ninstances = {n}\ncores = 1\npolicy = {{ kind = \"{policy}\" }}\nservice_time = {service}\n\n\
+         [[service]]\nname = \"server\"\ninstances = {n}\ncores = 1\npolicy = {{ kind = \"{policy}\" }}\nservice_time = {service}\n{groups}\n\
          [[stage]]\nname = \"query\"\nservice = \"server\"\nfanout = {{ values = [{vals}], weights = [{ws}] }}\n\n",
         name = l.cfg.name,
         seed = l.cfg.seed,
@@ -1169,5 +1183,22 @@ mod tests {
         assert!(Path::new(&table).exists(), "{table}");
         drop(scenario);
         assert!(!Path::new(&table).exists(), "{table} left behind");
+    }
+
+    #[test]
+    fn heterogeneous_servers_are_the_same_in_the_simulated_scenario() {
+        let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/masstree-two-class.toml"));
+        let mut text = std::fs::read_to_string(path).unwrap();
+        text += "\n[[group]]\nfirst = 0\ncount = 8\nscale = 1.5\nweight = 4\n\n[[group]]\nfirst = 30\ncount = 2\nscale = 3\n";
+        let l = Loaded::from_toml(&text, path).expect("config with groups");
+        let shapes = l.server_shapes();
+        let scenario = sim_scenario_toml(&l, Scheme::TfEdfq, None).unwrap();
+        let sc = Scenario::from_toml(&scenario.text, &l.base_dir.join("x-sim.toml")).expect("the simulator accepts it");
+        let model = tailor_sim::model::Model::build(&sc, &Default::default()).expect("model");
+        let svc = &model.services[0];
+        assert_eq!(svc.instances, shapes.len());
+        assert_eq!(svc.instance_scale, shapes.iter().map(|s| s.0).collect::<Vec<_>>(), "{}", scenario.text);
+        assert_eq!(svc.instance_weight, shapes.iter().map(|s| s.1).collect::<Vec<_>>());
+        assert_eq!((shapes[0], shapes[8], shapes[31]), ((1.5, 4.0), (1.0, 1.0), (3.0, 1.0)));
     }
 }

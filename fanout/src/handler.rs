@@ -39,6 +39,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tailor_core::dist::Cdf;
 use tailor_core::latency::LatencyHistogram;
+use tailor_core::pick::DistinctPicker;
 use tailor_core::policy::{AnyPolicy, Job, JobId, Policy, PolicySpec};
 use tailor_core::rng::Rng;
 use tailor_core::tailguard::{
@@ -280,7 +281,8 @@ pub struct Handler {
     learned: Vec<Mutex<LatencyHistogram>>,
     admission: Option<Mutex<AdmissionController>>,
     central: Vec<Mutex<CentralQueue>>,
-    rng: Mutex<Rng>,
+    /// The servers of each query ([`DistinctPicker`]: the simulator picks the same way).
+    picker: Mutex<(Rng, DistinctPicker)>,
     /// Sequential-request budget plans, per (class, fan-outs, split); replaced
     /// (never cleared) at each refresh, so a request always finds the latest.
     plans: Mutex<Plans>,
@@ -359,6 +361,9 @@ impl Handler {
                 cfg.servers.len()
             )));
         }
+        if let Some(w) = cfg.server_weights.iter().find(|w| !(w.is_finite() && **w > 0.0)) {
+            return Err(crate::Error::Config(format!("server_weights: {w} is not a positive weight")));
+        }
         let n = cfg.servers.len();
         let mut planner = Planner::new(cfg.classes.clone(), TailModel::PerServer(vec![cfg.offline.clone(); n]))
             .map_err(|e| crate::Error::Config(e.to_string()))?;
@@ -402,7 +407,14 @@ impl Handler {
             pooled_mean_ns: AtomicU64::new(0),
             admission,
             central,
-            rng: Mutex::new(Rng::new(cfg.seed)),
+            picker: Mutex::new((
+                Rng::new(cfg.seed),
+                if cfg.server_weights.is_empty() {
+                    DistinctPicker::uniform(n)
+                } else {
+                    DistinctPicker::weighted(cfg.server_weights.clone())
+                },
+            )),
             client,
             cfg,
             stats: HandlerStats::default(),
@@ -566,36 +578,9 @@ impl Handler {
     }
 
     fn pick_servers(&self, k: usize) -> Vec<usize> {
-        let n = self.cfg.servers.len();
-        let mut rng = self.rng.lock().expect("rng poisoned");
-        if self.cfg.server_weights.is_empty() {
-            // Partial Fisher–Yates: k distinct servers, uniformly.
-            let mut all: Vec<usize> = (0..n).collect();
-            for i in 0..k {
-                let j = i + rng.below((n - i) as u64) as usize;
-                all.swap(i, j);
-            }
-            all.truncate(k);
-            return all;
-        }
-        // Weighted sampling without replacement, one draw at a time.
-        let mut w = self.cfg.server_weights.clone();
-        let mut chosen = Vec::with_capacity(k);
-        for _ in 0..k {
-            let total: f64 = w.iter().sum();
-            let mut u = rng.next_f64() * total;
-            let mut pick = w.iter().rposition(|&x| x > 0.0).unwrap_or(0);
-            for (i, &x) in w.iter().enumerate() {
-                if x > 0.0 && u < x {
-                    pick = i;
-                    break;
-                }
-                u -= x;
-            }
-            chosen.push(pick);
-            w[pick] = 0.0;
-        }
-        chosen
+        let mut guard = self.picker.lock().expect("picker poisoned");
+        let (rng, picker) = &mut *guard;
+        picker.pick(rng, k).iter().map(|&i| i as usize).collect()
     }
 
     /// Runs one query: admission, deadline, fan-out, merge.

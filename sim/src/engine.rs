@@ -11,6 +11,7 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
+use tailor_core::pick::DistinctPicker;
 use tailor_core::rng::{CounterRng, RandomSource};
 use tailor_core::tailguard::AdmissionController;
 use tailor_core::time::NEVER;
@@ -329,6 +330,7 @@ pub fn lone_path_applies(m: &Model) -> bool {
         && st.choose.is_empty()
         && matches!(st.fanout, Fanout::Fixed(1))
         && svc.instances == 1
+        && svc.instance_scale.is_empty()
         && svc.admit.is_none()
         && m.network.is_none()
         && m.noise.is_none()
@@ -376,6 +378,8 @@ struct Engine<'m> {
     stats: RunStats,
     measured_left: u64,
     scratch: Vec<u32>,
+    /// Per service, how a fan-out picks its instances.
+    pickers: Vec<DistinctPicker>,
 }
 
 impl<'m> Engine<'m> {
@@ -455,6 +459,17 @@ impl<'m> Engine<'m> {
             stats: RunStats::default(),
             measured_left: m.requests,
             scratch: Vec::new(),
+            pickers: m
+                .services
+                .iter()
+                .map(|s| {
+                    if s.instance_weight.is_empty() {
+                        DistinctPicker::uniform(s.instances)
+                    } else {
+                        DistinctPicker::weighted(s.instance_weight.clone())
+                    }
+                })
+                .collect(),
         }
     }
 
@@ -757,19 +772,14 @@ impl<'m> Engine<'m> {
         r.fanout = r.fanout.max(k);
         r.outstanding += 1;
         let class = r.class;
-        // k distinct instances out of `instances` (partial Fisher–Yates); a
-        // single-instance service needs no list (the common case: no scratch).
+        // k distinct instances out of `instances`, as the fan-out handler picks
+        // them; a single-instance service needs no list (the common case).
         let single = svc.instances == 1;
         let mut chosen = Vec::new();
         if !single {
             chosen = std::mem::take(&mut self.scratch);
             chosen.clear();
-            chosen.extend(0..svc.instances as u32);
-            for i in 0..k as usize {
-                let j = i + r.rng.below((svc.instances - i) as u64) as usize;
-                chosen.swap(i, j);
-            }
-            chosen.truncate(k as usize);
+            chosen.extend_from_slice(self.pickers[st.service].pick(&mut r.rng, k as usize));
         }
         let deadline = match m.budgets.get(class, stage, k) {
             Some(b) => self.now.saturating_add(b),
@@ -780,7 +790,10 @@ impl<'m> Engine<'m> {
         let instances: &[u32] = if single { &[0] } else { &chosen };
         for &inst in instances {
             let r = self.reqs.get_mut(req);
-            let demand = svc.service_time.sample_ns(&mut r.rng);
+            let mut demand = svc.service_time.sample_ns(&mut r.rng);
+            if let Some(&f) = svc.instance_scale.get(inst as usize) {
+                demand = (demand as f64 * f).round() as Nanos;
+            }
             let delay = m.network.as_ref().map_or(0, |d| d.sample_ns(&mut r.rng));
             let ret = match (&m.network, m.returns) {
                 (Some(d), Returns::PerTask) => d.sample_ns(&mut r.rng),

@@ -28,6 +28,10 @@ pub struct ServiceModel {
     pub first_node: usize,
     /// Cooperative admission gate: (order, at most this many admitted).
     pub admit: Option<(PolicySpec, usize)>,
+    /// Per instance, the factor on `service_time` (empty: all 1).
+    pub instance_scale: Vec<f64>,
+    /// Per instance, the weight a fan-out picks it with (empty: uniform).
+    pub instance_weight: Vec<f64>,
 }
 
 /// A set of CPUs scheduled by one policy instance: a service instance's own
@@ -232,6 +236,8 @@ impl Model {
                 context_switch: node.context_switch,
                 first_node: first,
                 admit: s.admit.map(|a| (a.kind.policy(), a.c)),
+                instance_scale: per_instance(s, |g| g.scale),
+                instance_weight: per_instance(s, |g| g.weight),
             });
         }
 
@@ -501,6 +507,22 @@ pub fn expected_visits(stages: &[StageModel], roots: &[usize], services: usize) 
         visits[st.service] += activations[i] * st.fanout.mean();
     }
     visits
+}
+
+/// One value per instance from the service's `groups` (1 where no group
+/// says otherwise); empty when every instance has 1, the common case.
+fn per_instance(s: &crate::scenario::ServiceSpec, f: impl Fn(&crate::scenario::InstanceGroupSpec) -> f64) -> Vec<f64> {
+    let mut v = vec![1.0; s.instances];
+    for g in &s.groups {
+        for x in v.iter_mut().skip(g.first).take(g.count) {
+            *x = f(g);
+        }
+    }
+    if v.iter().all(|&x| x == 1.0) {
+        Vec::new()
+    } else {
+        v
+    }
 }
 
 fn topological_order(stages: &[StageModel]) -> Vec<usize> {

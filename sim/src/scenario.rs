@@ -170,6 +170,25 @@ pub struct ServiceSpec {
     /// others wait in the gate (the runtime's cooperative backend).
     #[serde(default)]
     pub admit: Option<AdmitSpec>,
+    /// Heterogeneous instances: `groups = [{ first = 0, count = 8, scale = 2.0,
+    /// weight = 0.5 }]` makes instances 0–7 take twice the service time and be
+    /// picked half as often (a fan-out picks distinct instances by weight, as
+    /// the fan-out handler does). `[load] utilization` stays nominal: it counts
+    /// every task at the service's own `service_time`, whatever its instance.
+    #[serde(default)]
+    pub groups: Vec<InstanceGroupSpec>,
+}
+
+/// Instances `first .. first + count` of a service: `scale`× its service time, picked with `weight`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceGroupSpec {
+    pub first: usize,
+    pub count: usize,
+    #[serde(default = "one_f64")]
+    pub scale: f64,
+    #[serde(default = "one_f64")]
+    pub weight: f64,
 }
 
 /// A machine whose CPUs are shared by the services placed on it; one policy
@@ -557,6 +576,16 @@ impl Scenario {
                             }
                         }
                     }
+                }
+            }
+            for g in &s.groups {
+                let positive = |x: f64| x.is_finite() && x > 0.0;
+                if g.count == 0 || g.first + g.count > s.instances || !positive(g.scale) || !positive(g.weight) {
+                    p.push(format!(
+                        "service {:?}: groups entry {{ first = {}, count = {}, scale = {}, weight = {} }}: needs count ≥ 1 \
+                         within the {} instances, and scale and weight > 0",
+                        s.name, g.first, g.count, g.scale, g.weight, s.instances
+                    ));
                 }
             }
             if let Some(a) = &s.admit {

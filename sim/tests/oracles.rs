@@ -375,3 +375,47 @@ fanout = {k}
     // The closed form of the second matches the integral used for the first.
     assert!((expected_max(&exp) - d * harmonic).abs() < 1e-3);
 }
+
+#[test]
+fn heterogeneous_instances_are_mm1_queues_fed_by_weight() {
+    // Four instances of Exp(1 ms): 0–1 picked with weight 3, 2–3 twice as slow
+    // and picked with weight 1. Nominal utilization 0.4 of 4 instances is
+    // λ = 1.6 per ms; a fan-out of one sends 3/8 of it to each fast instance
+    // and 1/8 to each slow one, so each is an M/M/1 of its own: fast λ 0.6,
+    // μ 1; slow λ 0.2, μ 0.5. A request sees the fast pair with probability
+    // 3/4. Uniform picks would give each instance λ 0.4 (slow: ρ 0.8, a mean
+    // of 10 ms), so the test tells weights from no weights.
+    let toml = r#"
+name = "heterogeneous"
+seed = 67
+[load]
+utilization = 0.4
+[[service]]
+name = "s"
+instances = 4
+cores = 1
+policy = { kind = "fifo" }
+service_time = { kind = "exp", mean_ms = 1.0 }
+groups = [ { first = 0, count = 2, weight = 3.0 }, { first = 2, count = 2, scale = 2.0, weight = 1.0 } ]
+[[stage]]
+name = "one"
+service = "s"
+"#;
+    let rec = simulate(toml, 200_000);
+    let lat = latencies_ms(&rec, |_| true);
+    let groups = [(0.75, 1.0 - 0.6), (0.25, 0.5 - 0.2)]; // (share of requests, μ − λ per ms)
+    let mean_theory: f64 = groups.iter().map(|(p, r)| p / r).sum();
+    assert_agrees("weighted heterogeneous instances, mean", batch_estimate(&lat, mean), mean_theory, 0.02);
+    // p99 of the mixture of exponential sojourn times: Σ p·e^{−r·t} = 0.01.
+    let survival = |t: f64| groups.iter().map(|(p, r)| p * (-r * t).exp()).sum::<f64>();
+    let (mut lo, mut hi) = (0.0, 100.0);
+    for _ in 0..100 {
+        let mid = (lo + hi) / 2.0;
+        if survival(mid) > 0.01 {
+            lo = mid
+        } else {
+            hi = mid
+        }
+    }
+    assert_agrees("weighted heterogeneous instances, p99", batch_estimate(&lat, quantile(0.99)), lo, 0.03);
+}
