@@ -45,6 +45,24 @@ pub trait Cdf {
 // Keep `Cdf` object-safe: the planner holds `dyn Cdf`.
 const _: Option<&dyn Cdf> = None;
 
+/// A distribution stretched by a factor, as a CDF: a server `factor`× slower
+/// than `dist` (the TailGuard planner's offline estimate of a server whose
+/// speed is known; the fan-out demo and the simulator build the same ones).
+#[derive(Clone, Debug)]
+pub struct Scaled {
+    pub dist: Dist,
+    pub factor: f64,
+}
+
+impl Cdf for Scaled {
+    fn cdf(&self, x: Nanos) -> f64 {
+        self.dist.cdf_f64(x as f64 / self.factor)
+    }
+    fn quantile(&self, p: f64) -> Nanos {
+        (self.dist.quantile_f64(p) * self.factor).round() as Nanos
+    }
+}
+
 impl<T: Cdf + ?Sized> Cdf for &T {
     fn cdf(&self, x: Nanos) -> f64 {
         (**self).cdf(x)

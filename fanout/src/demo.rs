@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use tailor_core::dist::{Cdf, Dist, DistSpec};
+use tailor_core::dist::{Dist, DistSpec, Scaled};
 use tailor_core::latency::LatencyHistogram;
 use tailor_core::policy::PolicySpec;
-use tailor_core::tailguard::{BudgetSplit, SloClass};
+use tailor_core::tailguard::{BudgetSplit, SharedCdf, SloClass};
 use tailor_core::time::{from_millis_f64, Nanos};
 use tailor_sim::model::Overrides;
 use tailor_sim::scenario::Scenario;
@@ -55,7 +55,9 @@ pub struct DemoConfig {
     pub queuing: Queuing,
     #[serde(default = "default_schemes")]
     pub schemes: Vec<Scheme>,
-    pub fanouts: FanoutMix,
+    /// Query fan-outs, for every class that does not give its own.
+    #[serde(default)]
+    pub fanouts: Option<FanoutMix>,
     #[serde(rename = "class")]
     pub classes: Vec<ClassConfig>,
     /// Heterogeneous servers: groups that are slower and/or picked more often.
@@ -85,6 +87,10 @@ pub struct ClassConfig {
     pub percentile: f64,
     #[serde(default = "default_weight")]
     pub weight: f64,
+    /// This class's own fan-outs (TailGuard's testbed tied each class to one
+    /// fan-out); without them the class uses the top-level `fanouts`.
+    #[serde(default)]
+    pub fanouts: Option<FanoutMix>,
 }
 
 /// Servers `first .. first + count` are `scale`× slower and `weight`× as likely to be picked.
@@ -222,7 +228,12 @@ impl Loaded {
     pub fn mix(&self) -> Mix {
         Mix {
             class_weights: self.cfg.classes.iter().map(|c| c.weight).collect(),
-            fanouts: self.cfg.fanouts.values.iter().copied().zip(self.cfg.fanouts.weights.iter().copied()).collect(),
+            fanouts: (0..self.cfg.classes.len())
+                .map(|c| {
+                    let f = self.cfg.fanouts_of(c);
+                    f.values.iter().copied().zip(f.weights.iter().copied()).collect()
+                })
+                .collect(),
         }
     }
 
@@ -245,6 +256,43 @@ impl Loaded {
 }
 
 impl Loaded {
+    /// The handler of a real run of `scheme` on task servers at `servers`
+    /// (`sequential`: the fan-outs of a request's queries, if requests are sequential).
+    pub fn handler_config(
+        &self,
+        scheme: Scheme,
+        servers: Vec<std::net::SocketAddr>,
+        admission: Option<AdmissionConfig>,
+        sequential: Option<&[u32]>,
+    ) -> HandlerConfig {
+        let shapes = self.server_shapes();
+        let weights: Vec<f64> = shapes.iter().map(|s| s.1).collect();
+        let uniform = weights.iter().all(|&w| w == 1.0);
+        let scaled = |factor: f64| Arc::new(Scaled { dist: self.service.clone(), factor }) as SharedCdf;
+        HandlerConfig {
+            scheme,
+            queuing: self.cfg.queuing,
+            classes: self.slo_classes(),
+            servers,
+            server_weights: if uniform { Vec::new() } else { weights },
+            offline: scaled(self.cfg.time_scale),
+            // Servers of known speeds ([[group]] scale) start from their own
+            // offline CDF, as the simulated planner does.
+            offline_per_server: if self.cfg.groups.is_empty() {
+                Vec::new()
+            } else {
+                shapes.iter().map(|&(scale, _)| scaled(self.cfg.time_scale * scale)).collect()
+            },
+            admission,
+            refresh: Duration::from_millis(250),
+            min_samples: Handler::tail_samples(
+                &self.slo_classes(),
+                self.cfg.all_fanouts().iter().chain(sequential.into_iter().flatten()).copied().max().unwrap_or(1),
+            ),
+            seed: self.cfg.seed,
+        }
+    }
+
     /// The configuration the admission check runs: its `[admission] queuing`, if set, replaces `queuing`.
     pub fn for_admission(&self) -> Loaded {
         let mut l = self.clone();
@@ -256,6 +304,19 @@ impl Loaded {
 }
 
 impl DemoConfig {
+    /// The fan-outs of class `c`: its own, else the top-level ones (validated: one of them is there).
+    pub fn fanouts_of(&self, c: usize) -> &FanoutMix {
+        self.classes[c].fanouts.as_ref().or(self.fanouts.as_ref()).expect("validated: every class has fan-outs")
+    }
+
+    /// Every fan-out any class uses, ascending.
+    pub fn all_fanouts(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = (0..self.classes.len()).flat_map(|c| self.fanouts_of(c).values.clone()).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     fn problems(&self) -> Vec<String> {
         let mut p = Vec::new();
         if self.servers == 0 {
@@ -264,11 +325,29 @@ impl DemoConfig {
         if !(self.time_scale.is_finite() && self.time_scale > 0.0) {
             p.push(format!("time_scale = {}: must be positive", self.time_scale));
         }
-        if self.fanouts.values.len() != self.fanouts.weights.len() || self.fanouts.values.is_empty() {
-            p.push("fanouts: `values` and `weights` must be non-empty and the same length".into());
+        let mixes = self.fanouts.iter().map(|f| ("fanouts".to_string(), f)).chain(
+            self.classes
+                .iter()
+                .filter_map(|c| c.fanouts.as_ref().map(|f| (format!("[[class]] {:?}: fanouts", c.name), f))),
+        );
+        for (what, f) in mixes {
+            if f.values.len() != f.weights.len() || f.values.is_empty() {
+                p.push(format!("{what}: `values` and `weights` must be non-empty and the same length"));
+            }
+            if let Some(k) = f.values.iter().find(|&&k| k == 0 || k as usize > self.servers) {
+                p.push(format!("{what}: {k} must be between 1 and servers = {}", self.servers));
+            }
+            if let Some(w) = f.weights.iter().find(|w| !(w.is_finite() && **w > 0.0)) {
+                p.push(format!("{what}: weight {w} must be positive"));
+            }
         }
-        if let Some(k) = self.fanouts.values.iter().find(|&&k| k == 0 || k as usize > self.servers) {
-            p.push(format!("fanouts: {k} must be between 1 and servers = {}", self.servers));
+        if self.fanouts.is_none() {
+            for c in self.classes.iter().filter(|c| c.fanouts.is_none()) {
+                p.push(format!(
+                    "[[class]] {:?} has no fan-outs: give top-level `fanouts = {{ values = [...], weights = [...] }}` or the class's own",
+                    c.name
+                ));
+            }
         }
         if self.classes.is_empty() {
             p.push("[[class]]: give at least one SLO class".into());
@@ -298,22 +377,6 @@ impl DemoConfig {
             p.push("[search] measure_cap_s: must be at least measure_s".into());
         }
         p
-    }
-}
-
-/// A distribution stretched by a factor, as a CDF (the offline estimate).
-#[derive(Clone, Debug)]
-pub struct Scaled {
-    pub dist: Dist,
-    pub factor: f64,
-}
-
-impl Cdf for Scaled {
-    fn cdf(&self, x: Nanos) -> f64 {
-        self.dist.cdf_f64(x as f64 / self.factor)
-    }
-    fn quantile(&self, p: f64) -> Nanos {
-        (self.dist.quantile_f64(p) * self.factor).round() as Nanos
     }
 }
 
@@ -512,30 +575,12 @@ pub fn run_real_with(
             };
             servers.push(TaskServer::spawn(cfg, timer.clone(), "127.0.0.1:0".parse().expect("loopback")).await?);
         }
-        let weights: Vec<f64> = shapes.iter().map(|s| s.1).collect();
-        let uniform = weights.iter().all(|&w| w == 1.0);
-        let handler = Handler::new(HandlerConfig {
+        let handler = Handler::new(l.handler_config(
             scheme,
-            queuing: l.cfg.queuing,
-            classes: l.slo_classes(),
-            servers: servers.iter().map(|s| s.addr).collect(),
-            server_weights: if uniform { Vec::new() } else { weights },
-            offline: Arc::new(Scaled { dist: l.service.clone(), factor: l.cfg.time_scale }),
+            servers.iter().map(|s| s.addr).collect(),
             admission,
-            refresh: Duration::from_millis(250),
-            min_samples: Handler::tail_samples(
-                &l.slo_classes(),
-                l.cfg
-                    .fanouts
-                    .values
-                    .iter()
-                    .chain(sequential.iter().flat_map(|(ks, _)| ks.iter()))
-                    .copied()
-                    .max()
-                    .unwrap_or(1),
-            ),
-            seed: l.cfg.seed,
-        })?;
+            sequential.as_ref().map(|(ks, _)| &ks[..]),
+        ))?;
         let refresher = handler.spawn_refresher();
         let rate = match &sequential {
             // Load counts tasks: a request brings Σk tasks instead of E[k].
@@ -818,18 +863,34 @@ pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) ->
             .collect();
         format!("groups = [ {} ]\n", list(g))
     };
+    let table = |f: &FanoutMix| {
+        format!(
+            "{{ values = [{}], weights = [{}] }}",
+            list(f.values.iter().map(|v| v.to_string()).collect()),
+            list(f.weights.iter().map(|v| v.to_string()).collect())
+        )
+    };
+    // Classes with their own fan-outs; the stage's `fanout` is for the others
+    // (with none left, any valid table: class 0's).
+    let by_class: Vec<String> = l
+        .cfg
+        .classes
+        .iter()
+        .filter_map(|c| c.fanouts.as_ref().map(|f| format!("{:?} = {}", c.name, table(f))))
+        .collect();
+    let by_class =
+        if by_class.is_empty() { String::new() } else { format!("fanout_by_class = {{ {} }}\n", list(by_class)) };
     let mut t = format!(
         "name = \"{name}-{policy}-{mode}\"\nseed = {seed}\nrequests = {req}\nwarmup = {warm}\n\n[load]\nutilization = {lo}\n\n\
          [[service]]\nname = \"server\"\ninstances = {n}\ncores = 1\npolicy = {{ kind = \"{policy}\" }}\nservice_time = {service}\n{groups}\n\
-         [[stage]]\nname = \"query\"\nservice = \"server\"\nfanout = {{ values = [{vals}], weights = [{ws}] }}\n\n",
+         [[stage]]\nname = \"query\"\nservice = \"server\"\nfanout = {fanout}\n{by_class}\n",
         name = l.cfg.name,
         seed = l.cfg.seed,
         req = s.sim_requests,
         warm = s.sim_requests / 10,
         lo = s.min_load,
         n = l.cfg.servers,
-        vals = list(l.cfg.fanouts.values.iter().map(|v| v.to_string()).collect()),
-        ws = list(l.cfg.fanouts.weights.iter().map(|v| v.to_string()).collect()),
+        fanout = table(l.cfg.fanouts_of(0)),
     );
     let mut hop_table = None;
     match delay.filter(|d| d.mean_ns() > 0.0) {
@@ -1106,7 +1167,7 @@ pub fn format_table(l: &Loaded, results: &[SchemeResult]) -> String {
         "{} — {} task servers, fan-outs {:?}, {} class(es), queuing {:?}, time ×{}\n\n",
         l.cfg.name,
         l.cfg.servers,
-        l.cfg.fanouts.values,
+        l.cfg.all_fanouts(),
         l.cfg.classes.len(),
         l.cfg.queuing,
         l.cfg.time_scale
@@ -1200,5 +1261,59 @@ mod tests {
         assert_eq!(svc.instance_scale, shapes.iter().map(|s| s.0).collect::<Vec<_>>(), "{}", scenario.text);
         assert_eq!(svc.instance_weight, shapes.iter().map(|s| s.1).collect::<Vec<_>>());
         assert_eq!((shapes[0], shapes[8], shapes[31]), ((1.5, 4.0), (1.0, 1.0), (3.0, 1.0)));
+        // The real handler's deadlines (per-server offline CDFs) and the
+        // simulated ones agree: T_b = SLO − x_p^u(k) for every class and fan-out.
+        let addrs = (0..shapes.len()).map(|i| std::net::SocketAddr::from(([127, 0, 0, 1], 9 + i as u16))).collect();
+        let handler = Handler::new(l.handler_config(Scheme::TfEdfq, addrs, None, None)).expect("handler");
+        let homogeneous = Loaded::load(path).expect("default config");
+        for (c, class) in l.slo_classes().iter().enumerate() {
+            for k in l.cfg.all_fanouts() {
+                let real = class.slo_ns as i64 - handler.unloaded_tail(c as u8, k) as i64;
+                let sim = model.budgets.get(c as u8, 0, k).expect("a simulated budget") as i64;
+                assert!((real - sim).abs() <= 1_000, "class {c} k {k}: handler {real} ns, simulator {sim} ns");
+                // A server 3× slower makes every budget smaller than on identical servers.
+                let same = homogeneous.handler_config(Scheme::TfEdfq, vec![], None, None);
+                let x_same = tailor_core::tailguard::Planner::unloaded_quantile_homogeneous(&*same.offline, k, class.p);
+                assert!(real < class.slo_ns as i64 - x_same as i64, "class {c} k {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn class_fan_outs_reach_the_load_generator_and_the_simulated_scenario() {
+        let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/masstree-two-class.toml"));
+        let text = std::fs::read_to_string(path).unwrap();
+        // Class I asks one server, class II 1 or 32; no top-level fan-outs at all.
+        let text = text.replace("fanouts = { values = [1, 10, 32], weights = [32, 3.2, 1] }\n", "").replacen(
+            "weight = 1\n",
+            "weight = 1\nfanouts = { values = [1], weights = [1] }\n",
+            1,
+        );
+        let missing = Loaded::from_toml(&text, path).expect_err("class II has no fan-outs").to_string();
+        assert!(missing.contains("[[class]] \"II\" has no fan-outs"), "{missing}");
+        let text = text.replacen(
+            "weight = 1\n\n[search]",
+            "weight = 3\nfanouts = { values = [1, 32], weights = [3, 1] }\n\n[search]",
+            1,
+        );
+        let l = Loaded::from_toml(&text, path).expect("every class has its own fan-outs");
+        assert_eq!(l.cfg.all_fanouts(), vec![1, 32]);
+        let mix = l.mix();
+        assert_eq!(mix.fanouts, vec![vec![(1, 1.0)], vec![(1, 3.0), (32, 1.0)]]);
+        // E[k] = 1/4 · 1 + 3/4 · (3/4 · 1 + 1/4 · 32) = 6.8125.
+        assert!((mix.mean_fanout() - 6.8125).abs() < 1e-12, "{}", mix.mean_fanout());
+        let scenario = sim_scenario_toml(&l, Scheme::TfEdfq, None).unwrap();
+        let sc = Scenario::from_toml(&scenario.text, &l.base_dir.join("x-sim.toml")).expect("the simulator accepts it");
+        let model = tailor_sim::model::Model::build(&sc, &Default::default()).expect("model");
+        let stage = &model.stages[0];
+        assert_eq!(stage.fanout_of(0).values(), vec![1], "{}", scenario.text);
+        assert_eq!(stage.fanout_of(1).values(), vec![1, 32]);
+        let visits = tailor_sim::model::expected_visits(
+            &model.stages,
+            &model.roots,
+            1,
+            &tailor_sim::model::class_shares(&model.classes),
+        );
+        assert!((visits[0] - mix.mean_fanout()).abs() < 1e-9, "sim E[k] {} vs real {}", visits[0], mix.mean_fanout());
     }
 }

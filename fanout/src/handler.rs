@@ -138,6 +138,9 @@ pub struct HandlerConfig {
     pub server_weights: Vec<f64>,
     /// The offline estimate of every server's post-dequeue time CDF.
     pub offline: SharedCdf,
+    /// Per server, an offline estimate of its own (heterogeneous servers whose
+    /// speeds are known); empty: `offline` for every server.
+    pub offline_per_server: Vec<SharedCdf>,
     pub admission: Option<AdmissionConfig>,
     /// How often the planner is rebuilt from the learned CDFs.
     pub refresh: Duration,
@@ -145,6 +148,13 @@ pub struct HandlerConfig {
     /// before it replaces the offline CDF; see [`Handler::tail_samples`].
     pub min_samples: f64,
     pub seed: u64,
+}
+
+impl HandlerConfig {
+    /// Server `s`'s offline CDF: its own if given, else the common one.
+    pub fn offline_of(&self, s: usize) -> SharedCdf {
+        self.offline_per_server.get(s).cloned().unwrap_or_else(|| self.offline.clone())
+    }
 }
 
 /// A query as the caller describes it.
@@ -297,8 +307,8 @@ pub struct Handler {
     /// not returned, as (queue key → count); the key is what the scheme's queue
     /// orders by (deadline, class or nothing). For predicted misses.
     outstanding: Vec<Mutex<BTreeMap<Nanos, u32>>>,
-    /// Mean of the offline post-dequeue CDF (until a server has learned its own).
-    offline_mean_ns: f64,
+    /// Per server, the mean of its offline post-dequeue CDF (until it has learned its own).
+    offline_mean_ns: Vec<f64>,
     /// Mean of the pooled learned CDF as of the last refresh, in ns (0: not learned yet).
     pooled_mean_ns: AtomicU64,
     pub stats: HandlerStats,
@@ -361,11 +371,19 @@ impl Handler {
                 cfg.servers.len()
             )));
         }
+        if !cfg.offline_per_server.is_empty() && cfg.offline_per_server.len() != cfg.servers.len() {
+            return Err(crate::Error::Config(format!(
+                "offline_per_server has {} entries for {} servers",
+                cfg.offline_per_server.len(),
+                cfg.servers.len()
+            )));
+        }
         if let Some(w) = cfg.server_weights.iter().find(|w| !(w.is_finite() && **w > 0.0)) {
             return Err(crate::Error::Config(format!("server_weights: {w} is not a positive weight")));
         }
         let n = cfg.servers.len();
-        let mut planner = Planner::new(cfg.classes.clone(), TailModel::PerServer(vec![cfg.offline.clone(); n]))
+        let offline: Vec<SharedCdf> = (0..n).map(|s| cfg.offline_of(s)).collect();
+        let mut planner = Planner::new(cfg.classes.clone(), TailModel::PerServer(offline.clone()))
             .map_err(|e| crate::Error::Config(e.to_string()))?;
         planner.precompute(n as u32);
         let admission = match cfg.admission {
@@ -398,12 +416,14 @@ impl Handler {
         Ok(Arc::new(Handler {
             learned: (0..n).map(|_| Mutex::new(LatencyHistogram::new())).collect(),
             planner: Mutex::new(planner),
-            plans: Mutex::new(Plans { cdfs: Arc::new(vec![cfg.offline.clone(); n]), entries: Vec::new() }),
+            plans: Mutex::new(Plans { cdfs: Arc::new(offline.clone()), entries: Vec::new() }),
             overhead: Mutex::new(LatencyHistogram::new()),
             dispatch: Mutex::new(LatencyHistogram::new()),
             outstanding: (0..n).map(|_| Mutex::new(BTreeMap::new())).collect(),
-            offline_mean_ns: (0..1000).map(|i| cfg.offline.quantile((i as f64 + 0.5) / 1000.0) as f64).sum::<f64>()
-                / 1000.0,
+            offline_mean_ns: offline
+                .iter()
+                .map(|c| (0..1000).map(|i| c.quantile((i as f64 + 0.5) / 1000.0) as f64).sum::<f64>() / 1000.0)
+                .collect(),
             pooled_mean_ns: AtomicU64::new(0),
             admission,
             central,
@@ -543,8 +563,11 @@ impl Handler {
         self.stats
             .servers_on_pooled_cdf
             .store(if pooled.is_some() { (n - on_own) as u64 } else { 0 }, Ordering::Relaxed);
-        let cdfs: Vec<SharedCdf> =
-            own.into_iter().map(|c| c.or_else(|| pooled.clone()).unwrap_or_else(|| self.cfg.offline.clone())).collect();
+        let cdfs: Vec<SharedCdf> = own
+            .into_iter()
+            .enumerate()
+            .map(|(s, c)| c.or_else(|| pooled.clone()).unwrap_or_else(|| self.cfg.offline_of(s)))
+            .collect();
         // Built and precomputed off the lock; queries keep using the old one meanwhile.
         let Ok(mut fresh) = Planner::new(self.cfg.classes.clone(), TailModel::PerServer(cdfs.clone())) else { return };
         fresh.precompute(n as u32);
@@ -870,7 +893,7 @@ impl Handler {
             } else if pooled > 0 {
                 pooled as f64
             } else {
-                self.offline_mean_ns
+                self.offline_mean_ns[s]
             }
         };
         ((ahead as f64 - 0.5) * mean) as Nanos
@@ -966,8 +989,7 @@ pub fn shared_cdf<C: Cdf + Send + Sync + 'static>(c: C) -> SharedCdf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::demo::Scaled;
-    use tailor_core::dist::Dist;
+    use tailor_core::dist::{Dist, Scaled};
 
     fn handler(min_samples: f64) -> Arc<Handler> {
         Handler::new(HandlerConfig {
@@ -978,6 +1000,7 @@ mod tests {
             servers: (0..4).map(|i| SocketAddr::from(([127, 0, 0, 1], 9 + i))).collect(),
             server_weights: Vec::new(),
             offline: Arc::new(Scaled { dist: Dist::fixed_ns(10e6), factor: 1.0 }),
+            offline_per_server: Vec::new(),
             admission: None,
             refresh: Duration::from_millis(250),
             min_samples,

@@ -25,15 +25,19 @@ use crate::timer::PreciseTimer;
 pub struct Mix {
     /// (class weight) per class index.
     pub class_weights: Vec<f64>,
-    /// (fanout, weight).
-    pub fanouts: Vec<(u32, f64)>,
+    /// Per class index, (fanout, weight) pairs.
+    pub fanouts: Vec<Vec<(u32, f64)>>,
 }
 
 impl Mix {
-    /// Mean tasks per query.
+    /// Mean tasks per query, over the classes.
     pub fn mean_fanout(&self) -> f64 {
-        let total: f64 = self.fanouts.iter().map(|f| f.1).sum();
-        self.fanouts.iter().map(|&(k, w)| k as f64 * w).sum::<f64>() / total
+        let classes: f64 = self.class_weights.iter().sum();
+        let mean = |f: &[(u32, f64)]| {
+            let total: f64 = f.iter().map(|f| f.1).sum();
+            f.iter().map(|&(k, w)| k as f64 * w).sum::<f64>() / total
+        };
+        self.class_weights.iter().zip(&self.fanouts).map(|(w, f)| w * mean(f)).sum::<f64>() / classes
     }
 
     fn draw(weights: impl Iterator<Item = f64> + Clone, rng: &mut Rng) -> usize {
@@ -151,7 +155,8 @@ pub async fn run(handler: Arc<Handler>, timer: Arc<PreciseTimer>, spec: &RunSpec
             break;
         }
         let class = Mix::draw(spec.mix.class_weights.iter().copied(), &mut rng) as u8;
-        let mut fanout = spec.mix.fanouts[Mix::draw(spec.mix.fanouts.iter().map(|f| f.1), &mut rng)].0;
+        let ks = &spec.mix.fanouts[class as usize];
+        let mut fanout = ks[Mix::draw(ks.iter().map(|f| f.1), &mut rng)].0;
         let sequential = spec.sequential.clone();
         if let Some((ks, _)) = &sequential {
             fanout = ks.iter().sum();

@@ -48,6 +48,7 @@ async fn testbed() -> (Vec<TaskServer>, Arc<Handler>) {
         servers: servers.iter().map(|s| s.addr).collect(),
         server_weights: Vec::new(),
         offline: Arc::new(Dist::exp_ns(MEAN_SERVICE_NS)),
+        offline_per_server: Vec::new(),
         admission: None,
         refresh: Duration::from_millis(250),
         // Never replace the offline CDF in these tests: the plans stay comparable.

@@ -329,6 +329,7 @@ pub fn lone_path_applies(m: &Model) -> bool {
         && st.next.is_empty()
         && st.choose.is_empty()
         && matches!(st.fanout, Fanout::Fixed(1))
+        && st.class_fanout.is_empty()
         && svc.instances == 1
         && svc.instance_scale.is_empty()
         && svc.admit.is_none()
@@ -762,7 +763,7 @@ impl<'m> Engine<'m> {
         let svc = &m.services[st.service];
         let r = self.reqs.get_mut(req);
         let (gat, measured) = (r.gat, self.measured.contains(&r.index));
-        let k = match &st.fanout {
+        let k = match st.fanout_of(r.class) {
             Fanout::Fixed(k) => *k,
             Fanout::Table { values, cumulative } => {
                 let u = r.rng.next_f64();

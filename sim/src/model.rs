@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use tailor_core::dist::{Dist, DistSpec};
-use tailor_core::tailguard::Planner;
+use tailor_core::dist::{Cdf, Dist, DistSpec, Scaled};
+use tailor_core::tailguard::{Planner, WorstCaseMax};
 use tailor_core::time::{from_micros_f64, from_millis_f64, NANOS_PER_SEC};
 use tailor_core::{Nanos, PolicySpec};
 
@@ -54,7 +54,30 @@ pub enum Fanout {
     },
 }
 
+impl StageModel {
+    /// The fan-out of a query of class `class` at this stage.
+    #[inline]
+    pub fn fanout_of(&self, class: u8) -> &Fanout {
+        self.class_fanout.get(class as usize).unwrap_or(&self.fanout)
+    }
+
+    /// Mean tasks per activation over the classes (`class_share[c]`: probability of class c).
+    pub fn mean_fanout(&self, class_share: &[f64]) -> f64 {
+        if self.class_fanout.is_empty() {
+            return self.fanout.mean();
+        }
+        self.class_fanout.iter().zip(class_share).map(|(f, p)| p * f.mean()).sum()
+    }
+}
+
 impl Fanout {
+    fn from_spec(spec: &FanoutSpec) -> Fanout {
+        match spec {
+            FanoutSpec::Fixed(k) => Fanout::Fixed(*k),
+            FanoutSpec::Table(t) => Fanout::Table { values: t.values.clone(), cumulative: cumulative(&t.weights) },
+        }
+    }
+
     pub fn mean(&self) -> f64 {
         match self {
             Fanout::Fixed(k) => *k as f64,
@@ -86,6 +109,8 @@ pub struct StageModel {
     pub name: String,
     pub service: usize,
     pub fanout: Fanout,
+    /// Per class index, the fan-out of that class's queries (empty: every class uses `fanout`).
+    pub class_fanout: Vec<Fanout>,
     /// Independent successors: (stage, probability).
     pub next: Vec<(usize, f64)>,
     /// Exclusive successors: (stage, cumulative normalised probability).
@@ -251,6 +276,7 @@ impl Model {
                     name: sc.services[i].name.clone(),
                     service: i,
                     fanout: Fanout::Fixed(1),
+                    class_fanout: vec![],
                     next: if i + 1 < n { vec![(i + 1, 1.0)] } else { vec![] },
                     choose: vec![],
                 })
@@ -264,11 +290,15 @@ impl Model {
                 .stages
                 .iter()
                 .map(|st| {
-                    let fanout = match &st.fanout {
-                        FanoutSpec::Fixed(k) => Fanout::Fixed(*k),
-                        FanoutSpec::Table(t) => {
-                            Fanout::Table { values: t.values.clone(), cumulative: cumulative(&t.weights) }
-                        }
+                    let fanout = Fanout::from_spec(&st.fanout);
+                    // Validated: every key names a declared class.
+                    let class_fanout: Vec<Fanout> = if st.fanout_by_class.is_empty() {
+                        vec![]
+                    } else {
+                        sc.classes
+                            .iter()
+                            .map(|c| st.fanout_by_class.get(&c.name).map_or_else(|| fanout.clone(), Fanout::from_spec))
+                            .collect()
                     };
                     let next: Vec<(usize, f64)> = st.next.iter().map(|e| (stage_idx[e.stage.as_str()], e.p)).collect();
                     let weights: Vec<f64> = st.choose.iter().map(|e| e.p).collect();
@@ -281,6 +311,7 @@ impl Model {
                         name: st.name.clone(),
                         service: service_idx[st.service.as_str()],
                         fanout,
+                        class_fanout,
                         next,
                         choose,
                     }
@@ -307,7 +338,7 @@ impl Model {
         };
 
         // Load: λ from rps, or from the utilization of the busiest service.
-        let visits = expected_visits(&stages, &roots, services.len());
+        let visits = expected_visits(&stages, &roots, services.len(), &class_shares(&classes));
         // Work per request per CPU of each node group: a service's own nodes,
         // or a host with everything placed on it.
         let mut work_at_node = vec![0.0f64; nodes.len()];
@@ -401,11 +432,22 @@ impl Model {
             Some(p) => Some(tailor_core::tailguard::read_rut_table(p).map_err(|e| model_err(file, e.to_string()))?),
             None => None,
         };
+        // Heterogeneous instances: one CDF each, the service's stretched by the
+        // instance's scale, and x_p^u(k) for the k slowest-at-t of them, as the
+        // fan-out handler's planner computes it from per-server offline CDFs.
+        let per_instance: Vec<Vec<Scaled>> = self
+            .services
+            .iter()
+            .map(|svc| {
+                svc.instance_scale.iter().map(|&factor| Scaled { dist: svc.service_time.clone(), factor }).collect()
+            })
+            .collect();
         for (ci, class) in self.classes.iter().enumerate() {
             let Some(slo) = class.slo else { continue };
             for (si, stage) in self.stages.iter().enumerate() {
                 let dist = &self.services[stage.service].service_time;
-                for k in stage.fanout.values() {
+                let instances = &per_instance[stage.service];
+                for k in stage.fanout_of(ci as u8).values() {
                     let budget = match self.deadline_mode {
                         DeadlineMode::Slo => slo,
                         DeadlineMode::Tailguard => {
@@ -419,7 +461,10 @@ impl Model {
                                         ),
                                     )
                                 })?,
-                                None => Planner::unloaded_quantile_homogeneous(dist, k, class.percentile / 100.0),
+                                None if instances.is_empty() => {
+                                    Planner::unloaded_quantile_homogeneous(dist, k, class.percentile / 100.0)
+                                }
+                                None => WorstCaseMax { servers: instances, k }.quantile(class.percentile / 100.0),
                             };
                             if unloaded >= slo {
                                 self.infeasible.push((ci as u8, si, k));
@@ -482,9 +527,23 @@ fn cumulative(weights: &[f64]) -> Vec<f64> {
     out
 }
 
+/// Each class's probability, from the cumulative weights.
+pub fn class_shares(classes: &[ClassModel]) -> Vec<f64> {
+    let mut prev = 0.0;
+    classes
+        .iter()
+        .map(|c| {
+            let p = c.cumulative_weight - prev;
+            prev = c.cumulative_weight;
+            p
+        })
+        .collect()
+}
+
 /// Expected tasks per request at each service (tree semantics: each activation
-/// of a stage starts its successors independently).
-pub fn expected_visits(stages: &[StageModel], roots: &[usize], services: usize) -> Vec<f64> {
+/// of a stage starts its successors independently), over the classes
+/// (`class_share`, [`class_shares`]) where a stage's fan-out depends on the class.
+pub fn expected_visits(stages: &[StageModel], roots: &[usize], services: usize, class_share: &[f64]) -> Vec<f64> {
     let mut activations = vec![0.0; stages.len()];
     for &r in roots {
         activations[r] += 1.0;
@@ -504,7 +563,7 @@ pub fn expected_visits(stages: &[StageModel], roots: &[usize], services: usize) 
     }
     let mut visits = vec![0.0; services];
     for (i, st) in stages.iter().enumerate() {
-        visits[st.service] += activations[i] * st.fanout.mean();
+        visits[st.service] += activations[i] * st.mean_fanout(class_share);
     }
     visits
 }

@@ -265,6 +265,11 @@ pub struct StageSpec {
     pub service: String,
     #[serde(default)]
     pub fanout: FanoutSpec,
+    /// Per-class fan-outs, `fanout_by_class = { A = 1, B = 4, C = { values = [16, 32], weights = [1, 1] } }`:
+    /// a query of a class named here fans out so, the others by `fanout`
+    /// (TailGuard's testbed tied each class to one fan-out).
+    #[serde(default)]
+    pub fanout_by_class: std::collections::BTreeMap<String, FanoutSpec>,
     /// Successors, each started independently with probability `p` (default 1:
     /// all of them, in parallel).
     #[serde(default)]
@@ -280,6 +285,34 @@ pub struct EdgeSpec {
     pub stage: String,
     #[serde(default = "one_f64")]
     pub p: f64,
+}
+
+/// What is wrong with a fan-out (`what` names it, e.g. `stage "q": fanout`).
+fn fanout_problems(what: &str, f: &FanoutSpec, service: &str, instances: usize, p: &mut Vec<String>) {
+    match f {
+        FanoutSpec::Fixed(0) => p.push(format!("{what} = 0; give at least 1")),
+        FanoutSpec::Table(t) => {
+            if t.values.is_empty() || t.values.len() != t.weights.len() {
+                p.push(format!("{what}: `values` and `weights` must be non-empty and of equal length"));
+            }
+            if t.values.contains(&0) {
+                p.push(format!("{what}: values must be ≥ 1"));
+            }
+            if t.weights.iter().any(|w| !(w.is_finite() && *w > 0.0)) {
+                p.push(format!("{what}: weights must be positive"));
+            }
+        }
+        _ => {}
+    }
+    let max_k = match f {
+        FanoutSpec::Fixed(k) => *k,
+        FanoutSpec::Table(t) => t.values.iter().copied().max().unwrap_or(0),
+    };
+    if max_k as usize > instances {
+        p.push(format!(
+            "{what}: up to {max_k} but service {service:?} has only {instances} instances; raise `instances`"
+        ));
+    }
 }
 
 fn one_f64() -> f64 {
@@ -613,35 +646,25 @@ impl Scenario {
                     self.services.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
                 )),
                 Some(&i) => {
-                    let max_k = match &st.fanout {
-                        FanoutSpec::Fixed(k) => *k,
-                        FanoutSpec::Table(t) => t.values.iter().copied().max().unwrap_or(0),
-                    };
-                    if max_k as usize > self.services[i].instances {
-                        p.push(format!(
-                            "stage {:?}: fanout up to {max_k} but service {:?} has only {} instances; raise `instances`",
-                            st.name, st.service, self.services[i].instances
-                        ));
+                    let instances = self.services[i].instances;
+                    fanout_problems(
+                        &format!("stage {:?}: fanout", st.name),
+                        &st.fanout,
+                        &st.service,
+                        instances,
+                        &mut p,
+                    );
+                    for (class, f) in &st.fanout_by_class {
+                        let what = format!("stage {:?}: fanout_by_class.{class}", st.name);
+                        if !self.classes.iter().any(|c| &c.name == class) {
+                            p.push(format!(
+                                "{what}: no [[class]] is named {class:?}; declared classes: {}",
+                                self.classes.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+                            ));
+                        }
+                        fanout_problems(&what, f, &st.service, instances, &mut p);
                     }
                 }
-            }
-            match &st.fanout {
-                FanoutSpec::Fixed(0) => p.push(format!("stage {:?}: fanout = 0; give at least 1", st.name)),
-                FanoutSpec::Table(t) => {
-                    if t.values.is_empty() || t.values.len() != t.weights.len() {
-                        p.push(format!(
-                            "stage {:?}: fanout `values` and `weights` must be non-empty and of equal length",
-                            st.name
-                        ));
-                    }
-                    if t.values.contains(&0) {
-                        p.push(format!("stage {:?}: fanout values must be ≥ 1", st.name));
-                    }
-                    if t.weights.iter().any(|w| !(w.is_finite() && *w > 0.0)) {
-                        p.push(format!("stage {:?}: fanout weights must be positive", st.name));
-                    }
-                }
-                _ => {}
             }
             if !st.next.is_empty() && !st.choose.is_empty() {
                 p.push(format!("stage {:?}: use either `next` or `choose`, not both", st.name));

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use tailor_sim::engine;
-use tailor_sim::model::{expected_visits, LoadOverride, Model, Overrides};
+use tailor_sim::model::{class_shares, expected_visits, LoadOverride, Model, Overrides};
 use tailor_sim::scenario::Scenario;
 use tailor_sim::sweep::{self, parallel_map};
 use tailor_sim::theory;
@@ -162,7 +162,7 @@ window_ms = 5
 fn dag_visits_and_utilization_follow_the_branch_probabilities() {
     let loaded = Scenario::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/dag-branches.toml")).unwrap();
     let m = Model::build(&loaded, &Overrides::default()).unwrap();
-    let v = expected_visits(&m.stages, &m.roots, m.services.len());
+    let v = expected_visits(&m.stages, &m.roots, m.services.len(), &class_shares(&m.classes));
     let idx = |name: &str| m.services.iter().position(|s| s.name == name).unwrap();
     // frontend 1, auth 1, search 0.7 × fanout 4, cache 0.3, logger 0.5.
     for (name, want) in [("frontend", 1.0), ("auth", 1.0), ("search", 2.8), ("cache", 0.3), ("logger", 0.5)] {
@@ -379,4 +379,60 @@ service_time = { kind = "exp", mean_ms = 1 }
         tailor_sim::engine::run(&m).0.latency
     };
     assert_eq!(run(own), run(hosted));
+}
+
+#[test]
+fn fan_out_by_class_sets_each_class_fan_out_and_the_load_counts_it() {
+    // Class "lookup" (weight 3) asks one server, "search" (weight 1) asks 8 of 8,
+    // the stage's own fan-out (2) is for nobody: E[k] = 3/4 · 1 + 1/4 · 8 = 2.75.
+    let toml = r#"
+name = "by-class"
+seed = 5
+[load]
+utilization = 0.01
+[[service]]
+name = "s"
+instances = 8
+cores = 1
+policy = { kind = "edf" }
+service_time = { kind = "exp", mean_ms = 1.0 }
+[[stage]]
+name = "q"
+service = "s"
+fanout = 2
+fanout_by_class = { lookup = 1, search = 8 }
+[[class]]
+name = "lookup"
+weight = 3
+slo_ms = 10
+[[class]]
+name = "search"
+weight = 1
+slo_ms = 10
+[deadlines]
+mode = "tailguard"
+"#;
+    let m = model(toml, Overrides { requests: Some(40_000), ..Default::default() });
+    let v = expected_visits(&m.stages, &m.roots, m.services.len(), &class_shares(&m.classes));
+    assert!((v[0] - 2.75).abs() < 1e-12, "visits {}", v[0]);
+    // utilization = rps · E[k] · E[S] / instances.
+    assert!((m.rps * 2.75 * 1e-3 / 8.0 - 0.01).abs() < 1e-9, "rps {}", m.rps);
+    let (rec, _) = engine::run(&m);
+    for i in 0..rec.fanout.len() {
+        let want = if rec.class[i] == 0 { 1 } else { 8 };
+        assert_eq!(rec.fanout[i], want, "request {i} of class {}", rec.class[i]);
+    }
+    // Nearly unloaded: a search waits for the slowest of 8 Exp(1 ms), mean H_8 = 2.718 ms.
+    let search: Vec<f64> =
+        (0..rec.fanout.len()).filter(|&i| rec.class[i] == 1).map(|i| rec.latency[i] as f64 / 1e6).collect();
+    let mean = search.iter().sum::<f64>() / search.len() as f64;
+    let h8: f64 = (1..=8).map(|i| 1.0 / i as f64).sum();
+    assert!((mean - h8).abs() < 0.06, "search mean {mean} vs H_8 {h8}");
+    // TailGuard budgets follow the class's own fan-out: x_99^u(8) for search, x_99^u(1) for lookup.
+    let (lookup, search) = (m.budgets.get(0, 0, 1).unwrap(), m.budgets.get(1, 0, 8).unwrap());
+    assert!(m.budgets.get(0, 0, 8).is_none() && m.budgets.get(1, 0, 1).is_none());
+    let x1 = -(0.01f64).ln(); // ms
+    let x8 = -(1.0 - 0.99f64.powf(1.0 / 8.0)).ln();
+    assert!((lookup as f64 / 1e6 - (10.0 - x1)).abs() < 0.01, "lookup budget {lookup}");
+    assert!((search as f64 / 1e6 - (10.0 - x8)).abs() < 0.01, "search budget {search}");
 }

@@ -21,10 +21,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tailor_core::dist::Dist;
+use tailor_core::dist::Scaled;
 use tailor_core::policy::PolicySpec;
 use tailor_core::tailguard::SloClass;
 use tailor_core::time::from_millis_f64;
-use tailor_fanout::demo::{self, Scaled};
+use tailor_fanout::demo;
 use tailor_fanout::handler::{AdmissionConfig, HandlerConfig, Queuing, Scheme};
 use tailor_fanout::{service, Handler, PreciseTimer, TaskServer, TaskServerConfig};
 
@@ -148,6 +149,7 @@ fn handler(f: &HashMap<String, String>) -> Result<(), String> {
         servers,
         server_weights: Vec::new(),
         offline: Arc::new(Scaled { dist: Dist::fixed_ns(offline_ms * 1e6), factor: 1.0 }),
+        offline_per_server: Vec::new(),
         admission,
         refresh: Duration::from_millis(250),
         min_samples,

@@ -17,7 +17,7 @@ use super::manifest::{FigureKind, FigureSpec, LoadedManifest, SeriesSpec};
 use super::patch;
 use crate::engine;
 use crate::metrics::{quantile_sorted, Summary};
-use crate::model::{expected_visits, LoadOverride, Model, Overrides};
+use crate::model::{class_shares, expected_visits, LoadOverride, Model, Overrides};
 use crate::scenario::{AdmissionSpec, LoadedScenario, Scenario};
 use crate::sweep::{self, policy_label};
 
@@ -525,7 +525,7 @@ fn add_job(
 /// A rough cost of one run, in simulator events: tasks, plus slices for
 /// preemptive policies (a 100 ms task under a 30 µs slice is thousands of events).
 fn run_cost(m: &Model) -> f64 {
-    let visits = expected_visits(&m.stages, &m.roots, m.services.len());
+    let visits = expected_visits(&m.stages, &m.roots, m.services.len(), &class_shares(&m.classes));
     let per_request: f64 = m
         .services
         .iter()
