@@ -508,12 +508,13 @@ impl Probe {
         let ms = |x: Option<Nanos>| x.map_or("—".into(), |v| format!("{:.2}", v as f64 / 1e6));
         let binding = self.binding_group(classes).map_or(String::new(), |((c, k), j)| {
             format!(
-                "; class {c} k {k}: n {}, p99 {} ms in [{}, {}] vs SLO {:.1}",
+                "; class {c} k {k}: n {}, p99 {} ms in [{}, {}] vs SLO {:.1}, D {:.1}",
                 j.n,
                 ms(Some(j.point_ns)),
                 ms(j.lower_ns),
                 ms(j.upper_ns),
-                classes[c as usize].slo_ns as f64 / 1e6
+                classes[c as usize].slo_ns as f64 / 1e6,
+                j.design_effect
             )
         });
         let stalled = if self.stalled_runs > 0 {

@@ -192,13 +192,14 @@ fn probe(config: &str, scheme: &str, load: &str) -> Result<(), String> {
     let ms = |x: Option<u64>| x.map_or("—".to_string(), |v| format!("{:.2}", v as f64 / 1e6));
     for ((c, k), j) in &p.groups {
         println!(
-            "  class {c} k {k:>2}: n {:>6} p99 {:>6} ms, {:.0}% bounds [{}, {}] (SLO {:.1} ms): {:?}",
+            "  class {c} k {k:>2}: n {:>6} p99 {:>6} ms, {:.0}% bounds [{}, {}] (SLO {:.1} ms, design effect {:.1}): {:?}",
             j.n,
             ms(Some(j.point_ns)),
             pace.confidence * 100.0,
             ms(j.lower_ns),
             ms(j.upper_ns),
             classes[*c as usize].slo_ns as f64 / 1e6,
+            j.design_effect,
             j.verdict
         );
     }
