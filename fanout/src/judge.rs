@@ -38,8 +38,10 @@
 //! exceedance fraction measured by batch means over the queries in the order
 //! they were recorded ([`design_effect`]): the variance of the fraction over
 //! consecutive batches, against what independent queries would give, never
-//! below 1. Independent latencies keep D near 1 (a little above: the estimate
-//! is noisy and clamped, which only widens the bounds).
+//! below 1. Independent rare exceedances fall in distinct batches and give
+//! D = 1, the plain bounds; two busy periods of ten slow queries in 2,000 give
+//! D ≈ 9. The estimate rests on few exceedances in a small group and is
+//! noisy; being clamped at 1, its noise only ever widens the bounds.
 
 use tailor_core::time::Nanos;
 
@@ -168,15 +170,16 @@ pub fn judge_group_at(latencies_ns: &[Nanos], p: f64, slo_ns: Nanos, meet_conf: 
     v.sort_unstable();
     let n = v.len();
     let point_ns = if n == 0 { 0 } else { v[((p * n as f64).ceil() as usize).clamp(1, n) - 1] };
-    // Bounds on n / D effective samples, mapped back to the same quantile
-    // levels of the whole sample (rank r of n_eff is level r / n_eff).
-    // The tail: the samples at or above the point estimate, or strictly above
-    // it, whichever count is nearer the (1 − p)·n expected (ties at the point).
+    // The tail whose clustering D measures: the samples at or above the point
+    // estimate, or strictly above it, whichever count is nearer the (1 − p)·n
+    // expected (they differ when values tie at the point).
     let at_or_above = v.len() - v.partition_point(|&x| x < point_ns);
     let above = v.len() - v.partition_point(|&x| x <= point_ns);
     let tail = (1.0 - p) * n as f64;
     let strictly = above > 0 && (above as f64 - tail).abs() < (at_or_above as f64 - tail).abs();
     let d = if strictly { design_effect(latencies_ns, v[n - above]) } else { design_effect(latencies_ns, point_ns) };
+    // Bounds on n / D effective samples, mapped back to the same quantile
+    // levels of the whole sample (rank r of n_eff is level r / n_eff).
     let n_eff = ((n as f64 / d).round() as u64).clamp(1, n as u64);
     // Integer arithmetic, so n_eff = n maps every rank to itself exactly; the
     // upper bound rounds up, the lower one down (both outwards).
@@ -364,9 +367,9 @@ mod tests {
         let iid: Vec<Nanos> = (0..2000).map(|_| rng.exp(10.0 * ms as f64) as Nanos).collect();
         let j = judge_group(&iid, 0.99, 1000 * ms, 0.9);
         assert!(j.design_effect < 2.0, "independent: D = {}", j.design_effect);
-        // The same latencies where every slow one comes with nine more (a busy
-        // period): the 1% above the quantile arrive in 2 clusters of 10, not 20
-        // independent draws. D must say so, and the bounds widen.
+        // 2,000 queries, 20 of them slow: in two busy periods of ten, or spread
+        // out. Clustered, the 1% above the quantile is 2 episodes, not 20
+        // independent draws: D must say so (≈ 9), and the bounds widen.
         let mut clustered = vec![5 * ms; 2000];
         for start in [300, 1500] {
             for x in clustered.iter_mut().skip(start).take(10) {
