@@ -197,6 +197,7 @@ fn new_threads_and_forked_children_are_covered_and_reset_at_restore() {
             .spawn()
             .unwrap(),
     );
+    exec_done(shell.pid(), "sh", Some(&sb.tier("be")));
     agent.reconcile().unwrap();
     assert_eq!(policy_of(shell.pid()), libc::SCHED_IDLE);
     use std::io::Write;

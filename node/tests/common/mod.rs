@@ -124,7 +124,22 @@ pub fn sleeper(label: Option<&str>) -> Proc {
     if let Some(l) = label {
         cmd.env("TAILOR_TIER", l);
     }
-    Proc(cmd.spawn().expect("spawn sleep"))
+    let p = Proc(cmd.spawn().expect("spawn sleep"));
+    exec_done(p.pid(), "sleep", label);
+    p
+}
+
+/// Waits until `pid` has finished exec'ing `comm` (with its `TAILOR_TIER`
+/// label readable, if it has one). `spawn` returns once the child is past the
+/// point of no return in execve, but its comm and /proc/PID/environ are set a
+/// little later; an agent pass in between would see an unlabeled process
+/// (and a test that runs one pass right after spawning would fail under load).
+pub fn exec_done(pid: u32, comm: &str, label: Option<&str>) {
+    let done = || {
+        tailor_node::procs::proc_info(pid).is_some_and(|p| p.comm == comm)
+            && label.is_none_or(|l| tailor_node::procs::tier_label(pid).as_deref() == Some(l))
+    };
+    assert!(wait_for(Duration::from_secs(5), done).is_some(), "pid {pid} did not finish exec'ing {comm}");
 }
 
 /// The path of `pid` in the hierarchy whose /proc/PID/cgroup controller field satisfies `f`.
