@@ -287,8 +287,9 @@ pub struct EdgeSpec {
     pub p: f64,
 }
 
-/// What is wrong with a fan-out (`what` names it, e.g. `stage "q": fanout`).
-fn fanout_problems(what: &str, f: &FanoutSpec, service: &str, instances: usize, p: &mut Vec<String>) {
+/// What is wrong with a fan-out (`what` names it, e.g. `stage "q": fanout`);
+/// `instances` of its service, when the service is declared.
+fn fanout_problems(what: &str, f: &FanoutSpec, service: &str, instances: Option<usize>, p: &mut Vec<String>) {
     match f {
         FanoutSpec::Fixed(0) => p.push(format!("{what} = 0; give at least 1")),
         FanoutSpec::Table(t) => {
@@ -308,7 +309,7 @@ fn fanout_problems(what: &str, f: &FanoutSpec, service: &str, instances: usize, 
         FanoutSpec::Fixed(k) => *k,
         FanoutSpec::Table(t) => t.values.iter().copied().max().unwrap_or(0),
     };
-    if max_k as usize > instances {
+    if let Some(instances) = instances.filter(|&n| max_k as usize > n) {
         p.push(format!(
             "{what}: up to {max_k} but service {service:?} has only {instances} instances; raise `instances`"
         ));
@@ -638,33 +639,29 @@ impl Scenario {
             p.push("[[stage]] names must be unique".into());
         }
         for st in &self.stages {
-            match names.get(st.service.as_str()) {
-                None => p.push(format!(
-                    "stage {:?}: service {:?} is not declared; declared services: {}",
-                    st.name,
-                    st.service,
-                    self.services.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
-                )),
-                Some(&i) => {
-                    let instances = self.services[i].instances;
-                    fanout_problems(
-                        &format!("stage {:?}: fanout", st.name),
-                        &st.fanout,
-                        &st.service,
-                        instances,
-                        &mut p,
-                    );
-                    for (class, f) in &st.fanout_by_class {
-                        let what = format!("stage {:?}: fanout_by_class.{class}", st.name);
-                        if !self.classes.iter().any(|c| &c.name == class) {
-                            p.push(format!(
-                                "{what}: no [[class]] is named {class:?}; declared classes: {}",
-                                self.classes.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
-                            ));
-                        }
-                        fanout_problems(&what, f, &st.service, instances, &mut p);
-                    }
+            // The instance bound needs the service; the rest of each fan-out is checked either way.
+            let instances = match names.get(st.service.as_str()) {
+                None => {
+                    p.push(format!(
+                        "stage {:?}: service {:?} is not declared; declared services: {}",
+                        st.name,
+                        st.service,
+                        self.services.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+                    ));
+                    None
                 }
+                Some(&i) => Some(self.services[i].instances),
+            };
+            fanout_problems(&format!("stage {:?}: fanout", st.name), &st.fanout, &st.service, instances, &mut p);
+            for (class, f) in &st.fanout_by_class {
+                let what = format!("stage {:?}: fanout_by_class.{class}", st.name);
+                if !self.classes.iter().any(|c| &c.name == class) {
+                    p.push(format!(
+                        "{what}: no [[class]] is named {class:?}; declared classes: {}",
+                        self.classes.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+                    ));
+                }
+                fanout_problems(&what, f, &st.service, instances, &mut p);
             }
             if !st.next.is_empty() && !st.choose.is_empty() {
                 p.push(format!("stage {:?}: use either `next` or `choose`, not both", st.name));
