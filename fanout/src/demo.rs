@@ -93,17 +93,9 @@ pub struct ClassConfig {
     pub fanouts: Option<FanoutMix>,
 }
 
-/// Servers `first .. first + count` are `scale`× slower and `weight`× as likely to be picked.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerGroup {
-    pub first: usize,
-    pub count: usize,
-    #[serde(default = "default_weight")]
-    pub scale: f64,
-    #[serde(default = "default_weight")]
-    pub weight: f64,
-}
+/// Servers `first .. first + count` are `scale`× slower and `weight`× as
+/// likely to be picked: the simulator's instance group, so both sides read one definition.
+pub use tailor_sim::scenario::InstanceGroupSpec as ServerGroup;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -239,13 +231,9 @@ impl Loaded {
 
     /// Per-server (service scale, pick weight).
     pub fn server_shapes(&self) -> Vec<(f64, f64)> {
-        let mut v = vec![(1.0, 1.0); self.cfg.servers];
-        for g in &self.cfg.groups {
-            for s in v.iter_mut().skip(g.first).take(g.count) {
-                *s = (g.scale, g.weight);
-            }
-        }
-        v
+        let (groups, n) = (&self.cfg.groups, self.cfg.servers);
+        let scale = tailor_sim::scenario::per_instance(groups, n, |g| g.scale);
+        scale.into_iter().zip(tailor_sim::scenario::per_instance(groups, n, |g| g.weight)).collect()
     }
 
     /// Query rate for a load fraction: load = λ · E[k] · E[S] / N (nominal E[S], scaled).

@@ -568,15 +568,10 @@ pub fn expected_visits(stages: &[StageModel], roots: &[usize], services: usize, 
     visits
 }
 
-/// One value per instance from the service's `groups` (1 where no group
-/// says otherwise); empty when every instance has 1, the common case.
+/// One value per instance from the service's `groups`
+/// ([`crate::scenario::per_instance`]); empty when every instance has 1, the common case.
 fn per_instance(s: &crate::scenario::ServiceSpec, f: impl Fn(&crate::scenario::InstanceGroupSpec) -> f64) -> Vec<f64> {
-    let mut v = vec![1.0; s.instances];
-    for g in &s.groups {
-        for x in v.iter_mut().skip(g.first).take(g.count) {
-            *x = f(g);
-        }
-    }
+    let v = crate::scenario::per_instance(&s.groups, s.instances, f);
     if v.iter().all(|&x| x == 1.0) {
         Vec::new()
     } else {

@@ -287,6 +287,18 @@ pub struct EdgeSpec {
     pub p: f64,
 }
 
+/// One value per instance from `groups` (a later group overrides an earlier
+/// one; 1 where none applies), e.g. `per_instance(&s.groups, s.instances, |g| g.scale)`.
+pub fn per_instance(groups: &[InstanceGroupSpec], instances: usize, f: impl Fn(&InstanceGroupSpec) -> f64) -> Vec<f64> {
+    let mut v = vec![1.0; instances];
+    for g in groups {
+        for x in v.iter_mut().skip(g.first).take(g.count) {
+            *x = f(g);
+        }
+    }
+    v
+}
+
 /// What is wrong with a fan-out (`what` names it, e.g. `stage "q": fanout`);
 /// `instances` of its service, when the service is declared.
 fn fanout_problems(what: &str, f: &FanoutSpec, service: &str, instances: Option<usize>, p: &mut Vec<String>) {
