@@ -420,10 +420,14 @@ impl Handler {
             overhead: Mutex::new(LatencyHistogram::new()),
             dispatch: Mutex::new(LatencyHistogram::new()),
             outstanding: (0..n).map(|_| Mutex::new(BTreeMap::new())).collect(),
-            offline_mean_ns: offline
-                .iter()
-                .map(|c| (0..1000).map(|i| c.quantile((i as f64 + 0.5) / 1000.0) as f64).sum::<f64>() / 1000.0)
-                .collect(),
+            // One mean per distinct CDF: servers sharing the common one share its mean.
+            offline_mean_ns: {
+                let mean = |c: &SharedCdf| {
+                    (0..1000).map(|i| c.quantile((i as f64 + 0.5) / 1000.0) as f64).sum::<f64>() / 1000.0
+                };
+                let common = mean(&cfg.offline);
+                offline.iter().map(|c| if Arc::ptr_eq(c, &cfg.offline) { common } else { mean(c) }).collect()
+            },
             pooled_mean_ns: AtomicU64::new(0),
             admission,
             central,
