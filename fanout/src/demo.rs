@@ -70,12 +70,8 @@ pub struct DemoConfig {
     pub seed: u64,
 }
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FanoutMix {
-    pub values: Vec<u32>,
-    pub weights: Vec<f64>,
-}
+/// Fan-outs and their weights: the simulator's fan-out table, so both sides read one definition.
+pub use tailor_sim::scenario::FanoutTable as FanoutMix;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
