@@ -391,6 +391,11 @@ impl Agent {
                 continue;
             }
             seen.insert(pid);
+            if info.exiting {
+                // A process that has finished (a zombie its parent has not reaped yet) reads as
+                // back in the root cgroup; moving it is a no-op that would count as a repair.
+                continue;
+            }
             let tier = match self.cache.get(&pid) {
                 Some(c) if c.start_time == info.start_time && c.comm == info.comm => c.tier,
                 _ => {

@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 /// PF_KTHREAD in /proc/PID/stat's flags: kernel threads are never touched (many are per-CPU pinned).
 const PF_KTHREAD: u64 = 0x0020_0000;
+/// PF_EXITING: the task is in do_exit. Its cgroup links are being dropped (v1 shows it in the
+/// root of every hierarchy), and a write to cgroup.procs succeeds without moving it.
+const PF_EXITING: u64 = 0x0000_0004;
 
 /// One process as the matcher sees it.
 #[derive(Clone, Debug)]
@@ -13,6 +16,8 @@ pub struct ProcInfo {
     pub start_time: u64,
     pub comm: String,
     pub kernel_thread: bool,
+    /// Exiting or a zombie: there is nothing left to place, and it would look misplaced.
+    pub exiting: bool,
 }
 
 /// All numeric entries of /proc (processes).
@@ -40,9 +45,11 @@ pub fn stat(path: &str) -> Option<ProcInfo> {
     let comm = text[open + 1..close].to_string();
     let rest: Vec<&str> = text[close + 2..].split(' ').collect();
     // After comm: state(0) ppid(1) ... flags(6) ... utime(11) stime(12) ... starttime(19)
+    let state = rest.first()?;
     let flags: u64 = rest.get(6)?.parse().ok()?;
     let start_time = rest.get(19)?.parse().ok()?;
-    Some(ProcInfo { pid, start_time, comm, kernel_thread: flags & PF_KTHREAD != 0 })
+    let exiting = flags & PF_EXITING != 0 || matches!(*state, "Z" | "X" | "x");
+    Some(ProcInfo { pid, start_time, comm, kernel_thread: flags & PF_KTHREAD != 0, exiting })
 }
 
 pub fn proc_info(pid: u32) -> Option<ProcInfo> {

@@ -146,6 +146,45 @@ fn reconcile_repairs_settings_placements_and_policies_someone_rewrote() {
 }
 
 #[test]
+fn a_finished_child_not_yet_reaped_is_not_a_repair() {
+    if !root_or_skip("a_finished_child_not_yet_reaped_is_not_a_repair") {
+        return;
+    }
+    // The ladder's load client prints its result and exits; until the ladder reaps it, it is a
+    // zombie that v1 shows in the root cgroup of every hierarchy. The agent used to "repair" it
+    // (a no-op write that succeeds) and so tag the window unprotected (a CI failure, 25 Nov).
+    let caps = Capabilities::probe();
+    let sb = Sandbox::new();
+    let critical = sleeper(None);
+    let label = sb.tier("be");
+    let mut child = Command::new("sh")
+        .args(["-c", "read line"])
+        .env("TAILOR_TIER", &label)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    exec_done(pid, "sh", Some(&label));
+    let (_, config) = sb.config(&tiers(&sb, critical.pid(), &caps));
+    let mut agent = Agent::new(config, caps.clone()).unwrap();
+    agent.start_enforcing().unwrap();
+    assert!(cpu_cgroup_of(pid).unwrap().ends_with(&label));
+    let window = Window::start(&agent);
+    drop(child.stdin.take());
+    let zombie = || tailor_node::procs::proc_info(pid).is_some_and(|p| p.exiting);
+    assert!(wait_for(Duration::from_secs(5), zombie).is_some(), "pid {pid} did not exit");
+    agent.reconcile().unwrap();
+    let record = window.finish(&agent);
+    assert_eq!(agent.stats.placements_repaired + agent.stats.policies_repaired, 0, "{:?}", agent.stats);
+    assert_eq!(agent.stats.errors, 0, "{:?}", agent.stats);
+    assert!(record.protected, "{}", record.reason);
+    child.wait().unwrap();
+    agent.reconcile().unwrap();
+    agent.safe_mode().unwrap();
+}
+
+#[test]
 fn new_threads_and_forked_children_are_covered_and_reset_at_restore() {
     if !root_or_skip("new_threads_and_forked_children_are_covered_and_reset_at_restore") {
         return;

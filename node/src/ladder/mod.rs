@@ -226,7 +226,7 @@ pub fn run(opts: &LadderOptions, mut progress: impl FnMut(&str)) -> Result<Ladde
                     begun.elapsed().as_secs_f64(),
                     latency.p50_us,
                     latency.p99_us,
-                    if attribution.protected { "protected" } else { "not protected" },
+                    if attribution.protected { "protected".to_string() } else { format!("not protected ({})", attribution.reason) },
                     if tag_ok { "" } else { " (* tag disagrees with arm: excluded)" }
                 ));
                 windows.push(WindowResult {
