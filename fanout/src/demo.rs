@@ -395,18 +395,19 @@ impl Probe {
     /// Judges the (pooled) report at `conf`: every (class, fan-out) group meets on its
     /// own, misses family-wise ([`judge::judge_probe`]).
     pub fn judge(&mut self, classes: &[SloClass], conf: f64) {
-        let measured: Vec<((u8, u32), &[Nanos], f64, Nanos)> = self
+        let (keys, inputs): (Vec<(u8, u32)>, Vec<judge::ProbeGroup>) = self
             .report
             .groups
             .iter()
             .filter(|(_, g)| !g.latencies_ns.is_empty())
             .map(|(&key, g)| {
                 let c = classes[key.0 as usize];
-                (key, g.latencies_ns.as_slice(), c.p, c.slo_ns)
+                let group =
+                    judge::ProbeGroup { latencies_ns: &g.latencies_ns, sent_ns: &g.sent_ns, p: c.p, slo_ns: c.slo_ns };
+                (key, group)
             })
-            .collect();
-        let inputs: Vec<(&[Nanos], f64, Nanos)> = measured.iter().map(|&(_, v, p, slo)| (v, p, slo)).collect();
-        self.groups = measured.iter().map(|m| m.0).zip(judge::judge_probe(&inputs, conf)).collect();
+            .unzip();
+        self.groups = keys.into_iter().zip(judge::judge_probe(&inputs, conf)).collect();
         let ok = self.report.completed() > 0 && self.report.errors == 0;
         self.verdict = if ok { judge::combine(self.groups.iter().map(|g| g.1.verdict)) } else { Verdict::Misses };
         self.worst_ratio = self
@@ -450,9 +451,12 @@ impl Probe {
             };
         }
         let r = &mut self.report;
+        // The next run's queries come after this one's on the judge's time line.
+        let shift = r.groups.values().flat_map(|g| g.sent_ns.iter()).max().map_or(0, |&t| t + 1_000_000_000);
         for (key, g) in other.report.groups {
             let mine = r.groups.entry(key).or_default();
             mine.latencies_ns.extend(g.latencies_ns);
+            mine.sent_ns.extend(g.sent_ns.iter().map(|&t| t + shift));
             mine.traces.extend(g.traces);
             mine.rejected += g.rejected;
         }

@@ -42,6 +42,19 @@
 //! D = 1, the plain bounds; two busy periods of ten slow queries in 2,000 give
 //! D ≈ 9. The estimate rests on few exceedances in a small group and is
 //! noisy; being clamped at 1, its noise only ever widens the bounds.
+//!
+//! **Small groups.** Below [`MIN_OWN_TAIL`] expected exceedances (n < 1,000 at
+//! p99) a group's own batches hold too few of them to see clustering: a group
+//! of 48 fan-out-32 queries has half an exceedance expected, so its D is 1
+//! whatever happened, and three slow queries from one busy period decided a
+//! miss (the default demo's FIFO search, 25 Nov). Busy periods are shared: the
+//! slow server that delays a fan-out-1 query delays every query that meets it.
+//! So [`judge_probe`] also measures the design effect of the whole probe (every
+//! query, all groups on one time line by send time, each marked by whether it
+//! exceeds its own group's tail threshold), and a small group's bounds use the
+//! larger of the two. That probe-wide D, measured on thousands of queries, is
+//! an upper estimate for a sparse group (a busy period holds fewer of its
+//! queries than of the probe's), so it errs towards "undecided".
 
 use tailor_core::time::Nanos;
 
@@ -137,16 +150,20 @@ pub const DESIGN_BATCHES: usize = 20;
 /// design effect, estimated by batch means). 1 when
 /// there are too few samples for two per batch or no spread at all.
 pub fn design_effect(latencies_ns: &[Nanos], threshold_ns: Nanos) -> f64 {
-    let n = latencies_ns.len();
+    let exceeds: Vec<bool> = latencies_ns.iter().map(|&x| x >= threshold_ns).collect();
+    design_effect_of(&exceeds)
+}
+
+/// [`design_effect`] of a sequence of exceedance marks, in time order.
+pub fn design_effect_of(exceeds: &[bool]) -> f64 {
+    let n = exceeds.len();
     let m = n / DESIGN_BATCHES;
     if m < 2 {
         return 1.0;
     }
     let used = m * DESIGN_BATCHES;
-    let fractions: Vec<f64> = latencies_ns[..used]
-        .chunks(m)
-        .map(|b| b.iter().filter(|&&x| x >= threshold_ns).count() as f64 / m as f64)
-        .collect();
+    let fractions: Vec<f64> =
+        exceeds[..used].chunks(m).map(|b| b.iter().filter(|&&x| x).count() as f64 / m as f64).collect();
     let q = fractions.iter().sum::<f64>() / DESIGN_BATCHES as f64;
     if q <= 0.0 || q >= 1.0 {
         return 1.0;
@@ -166,24 +183,61 @@ pub fn judge_group(latencies_ns: &[Nanos], p: f64, slo_ns: Nanos, conf: f64) -> 
 /// As [`judge_group`], with the upper bound (meets) at `meet_conf` and the lower
 /// bound (misses) at `miss_conf`.
 pub fn judge_group_at(latencies_ns: &[Nanos], p: f64, slo_ns: Nanos, meet_conf: f64, miss_conf: f64) -> GroupJudgement {
+    judge_group_with(latencies_ns, p, slo_ns, meet_conf, miss_conf, 1.0)
+}
+
+/// Nearest-rank p-quantile of sorted `v` (0 if empty).
+fn point_of(v: &[Nanos], p: f64) -> Nanos {
+    let n = v.len();
+    if n == 0 {
+        0
+    } else {
+        v[((p * n as f64).ceil() as usize).clamp(1, n) - 1]
+    }
+}
+
+/// The threshold of the tail whose clustering D measures, from sorted `v`:
+/// the samples at or above the point estimate, or strictly above it,
+/// whichever count is nearer the (1 − p)·n expected (they differ when values
+/// tie at the point). Samples `>=` the threshold are the tail.
+fn tail_threshold(v: &[Nanos], p: f64) -> Nanos {
+    let n = v.len();
+    let point_ns = point_of(v, p);
+    let at_or_above = n - v.partition_point(|&x| x < point_ns);
+    let above = n - v.partition_point(|&x| x <= point_ns);
+    let tail = (1.0 - p) * n as f64;
+    let strictly = above > 0 && (above as f64 - tail).abs() < (at_or_above as f64 - tail).abs();
+    if strictly {
+        v[n - above]
+    } else {
+        point_ns
+    }
+}
+
+/// [`judge_group_at`] with the design effect at least `min_design_effect`.
+fn judge_group_with(
+    latencies_ns: &[Nanos],
+    p: f64,
+    slo_ns: Nanos,
+    meet_conf: f64,
+    miss_conf: f64,
+    min_design_effect: f64,
+) -> GroupJudgement {
     let mut v = latencies_ns.to_vec();
     v.sort_unstable();
     let n = v.len();
-    let point_ns = if n == 0 { 0 } else { v[((p * n as f64).ceil() as usize).clamp(1, n) - 1] };
-    // The tail whose clustering D measures: the samples at or above the point
-    // estimate, or strictly above it, whichever count is nearer the (1 − p)·n
-    // expected (they differ when values tie at the point).
-    let at_or_above = v.len() - v.partition_point(|&x| x < point_ns);
-    let above = v.len() - v.partition_point(|&x| x <= point_ns);
-    let tail = (1.0 - p) * n as f64;
-    let strictly = above > 0 && (above as f64 - tail).abs() < (at_or_above as f64 - tail).abs();
-    let d = if strictly { design_effect(latencies_ns, v[n - above]) } else { design_effect(latencies_ns, point_ns) };
+    let point_ns = point_of(&v, p);
+    let d = design_effect(latencies_ns, tail_threshold(&v, p)).max(min_design_effect).min(n.max(1) as f64);
     // Bounds on n / D effective samples, mapped back to the same quantile
-    // levels of the whole sample (rank r of n_eff is level r / n_eff).
+    // levels of the whole sample: rank r of m samples sits at level r / (m + 1)
+    // on average, so rank r of n_eff is rank r·(n + 1)/(n_eff + 1) of n. (Not
+    // r·n/n_eff: that maps the largest of 4 effective samples, a 96% lower
+    // bound of q_99, to the largest of all 36, a far higher level, and one
+    // busy period's slow queries decided a miss.)
     let n_eff = ((n as f64 / d).round() as u64).clamp(1, n as u64);
     // Integer arithmetic, so n_eff = n maps every rank to itself exactly; the
     // upper bound rounds up, the lower one down (both outwards).
-    let (nu, ne) = (n as u128, n_eff as u128);
+    let (nu, ne) = (n as u128 + 1, n_eff as u128 + 1);
     let up = |r: u64| v[(((r as u128 * nu).div_ceil(ne)) as usize).clamp(1, n) - 1];
     let down = |r: u64| v[((r as u128 * nu / ne) as usize).clamp(1, n) - 1];
     let upper_ns = quantile_bound_ranks(n_eff, p, meet_conf).1.map(up);
@@ -205,11 +259,56 @@ pub fn family_miss_confidence(conf: f64, groups: usize) -> f64 {
     1.0 - (1.0 - conf) / groups.max(1) as f64
 }
 
-/// Judges a probe's groups, each `(latencies, p, SLO)`: meets at `conf` per
-/// group, misses family-wise at `conf` ([`family_miss_confidence`]).
-pub fn judge_probe(groups: &[(&[Nanos], f64, Nanos)], conf: f64) -> Vec<GroupJudgement> {
+/// Expected exceedances of the p-quantile, (1 − p)·n, below which a group's
+/// own design effect cannot see clustering and [`judge_probe`] floors it at
+/// the probe-wide one.
+pub const MIN_OWN_TAIL: f64 = 10.0;
+
+/// One group of a probe: its latencies and their intended send times (same
+/// order, same clock across groups), and its quantile and SLO.
+#[derive(Clone, Copy, Debug)]
+pub struct ProbeGroup<'a> {
+    pub latencies_ns: &'a [Nanos],
+    pub sent_ns: &'a [Nanos],
+    pub p: f64,
+    pub slo_ns: Nanos,
+}
+
+/// The design effect of a whole probe: every query of every group on one
+/// time line by send time, marked by whether it is in its own group's tail.
+pub fn probe_design_effect(groups: &[ProbeGroup]) -> f64 {
+    let mut marks: Vec<(Nanos, bool)> = Vec::new();
+    for g in groups {
+        let mut v = g.latencies_ns.to_vec();
+        v.sort_unstable();
+        let Some(&fastest) = v.first() else { continue };
+        let threshold = tail_threshold(&v, g.p);
+        // All tied at the point (a group with no tail): mark none, not all.
+        let tail = |x: Nanos| if threshold == fastest { x > threshold } else { x >= threshold };
+        marks.extend(g.sent_ns.iter().zip(g.latencies_ns).map(|(&t, &x)| (t, tail(x))));
+    }
+    marks.sort_by_key(|m| m.0);
+    design_effect_of(&marks.iter().map(|m| m.1).collect::<Vec<bool>>())
+}
+
+/// Judges a probe's groups: meets at `conf` per group, misses family-wise at
+/// `conf` ([`family_miss_confidence`]); groups with fewer than [`MIN_OWN_TAIL`]
+/// expected exceedances allow for at least the probe-wide design effect.
+/// Panics if a group's `sent_ns` and `latencies_ns` differ in length.
+pub fn judge_probe(groups: &[ProbeGroup], conf: f64) -> Vec<GroupJudgement> {
+    for g in groups {
+        assert_eq!(g.sent_ns.len(), g.latencies_ns.len(), "one send time per latency");
+    }
     let miss_conf = family_miss_confidence(conf, groups.len());
-    groups.iter().map(|&(v, p, slo)| judge_group_at(v, p, slo, conf, miss_conf)).collect()
+    let probe_d = probe_design_effect(groups);
+    groups
+        .iter()
+        .map(|g| {
+            let small = (1.0 - g.p) * (g.latencies_ns.len() as f64) < MIN_OWN_TAIL;
+            let floor = if small { probe_d } else { 1.0 };
+            judge_group_with(g.latencies_ns, g.p, g.slo_ns, conf, miss_conf, floor)
+        })
+        .collect()
 }
 
 /// A probe's verdict from its groups': misses if any group misses, meets if
@@ -336,7 +435,14 @@ mod tests {
             if combine(naive) == Verdict::Misses {
                 per_group_misses += 1;
             }
-            let probe: Vec<(&[Nanos], f64, Nanos)> = samples.iter().map(|v| (v.as_slice(), 0.99, slo)).collect();
+            // Interleaved in time, as independent groups would be.
+            let sent: Vec<Vec<Nanos>> =
+                (0..groups).map(|g| (0..n).map(|i| (i * groups + g) as Nanos).collect()).collect();
+            let probe: Vec<ProbeGroup> = samples
+                .iter()
+                .zip(&sent)
+                .map(|(v, t)| ProbeGroup { latencies_ns: v, sent_ns: t, p: 0.99, slo_ns: slo })
+                .collect();
             if combine(judge_probe(&probe, conf).iter().map(|j| j.verdict)) == Verdict::Misses {
                 family_misses += 1;
             }
@@ -352,8 +458,10 @@ mod tests {
         let fast: Vec<Nanos> = vec![10 * ms; 300];
         // Ten slow ones spread through the hundred (not one busy period: see design_effect).
         let slow: Vec<Nanos> = (0..100).map(|i| if i % 10 == 3 { 30 * ms } else { 10 * ms }).collect();
-        let probe =
-            [(fast.as_slice(), 0.99, 20 * ms), (slow.as_slice(), 0.99, 20 * ms), (fast.as_slice(), 0.99, 20 * ms)];
+        let (sent_fast, sent_slow): (Vec<Nanos>, Vec<Nanos>) = ((0..300).collect(), (0..100).map(|i| 3 * i).collect());
+        let group = |v: &'static [Nanos], t| ProbeGroup { latencies_ns: v, sent_ns: t, p: 0.99, slo_ns: 20 * ms };
+        let (fast, slow): (&'static [Nanos], &'static [Nanos]) = (fast.leak(), slow.leak());
+        let probe = [group(fast, &sent_fast), group(slow, &sent_slow), group(fast, &sent_fast)];
         let j = judge_probe(&probe, 0.9);
         assert_eq!(j.iter().map(|j| j.verdict).collect::<Vec<_>>(), [Verdict::Meets, Verdict::Misses, Verdict::Meets]);
         assert!((family_miss_confidence(0.9, 6) - (1.0 - 0.1 / 6.0)).abs() < 1e-12);
@@ -416,6 +524,65 @@ mod tests {
         }
         let k = judge_group(&shuffled, 0.99, 20 * ms, 0.9);
         assert!(k.design_effect < 3.0, "{k:?}");
+    }
+
+    /// A probe of a big fan-out-1 group (3,000 queries, one every ms) and a
+    /// small fan-out-32 group (36 queries, one every 83 ms: fewer than two per
+    /// design batch, so its own D is 1) whose slow queries are `small_slow`.
+    fn two_group_probe(big_clustered: bool, small_slow: [usize; 3]) -> [(Vec<Nanos>, Vec<Nanos>); 2] {
+        let ms = 1_000_000;
+        let big_sent: Vec<Nanos> = (0..3000).map(|i| i * ms).collect();
+        let mut big = vec![5 * ms; 3000];
+        if big_clustered {
+            // Three busy periods of ten slow queries each: 1% above the tail, in 3 episodes.
+            for start in [500, 1500, 2500] {
+                for x in big.iter_mut().skip(start).take(10) {
+                    *x = 50 * ms;
+                }
+            }
+        } else {
+            for i in 0..30 {
+                big[40 + i * 97] = 50 * ms;
+            }
+        }
+        let small_sent: Vec<Nanos> = (0..36).map(|i| i * 3000 * ms / 36).collect();
+        let mut small = vec![10 * ms; 36];
+        for i in small_slow {
+            small[i] = 40 * ms;
+        }
+        [(big, big_sent), (small, small_sent)]
+    }
+
+    #[test]
+    fn a_small_group_allows_for_the_probes_busy_periods() {
+        let ms = 1_000_000;
+        let judge = |probe: &[(Vec<Nanos>, Vec<Nanos>); 2]| {
+            let groups: Vec<ProbeGroup> = probe
+                .iter()
+                .map(|(v, t)| ProbeGroup { latencies_ns: v, sent_ns: t, p: 0.99, slo_ns: 20 * ms })
+                .collect();
+            (probe_design_effect(&groups), judge_probe(&groups, 0.9))
+        };
+        // Three consecutive slow fan-out-32 queries (sent 500–667 ms, the first
+        // busy period): alone, 3 of 36 over a p99 SLO is a decided miss.
+        let clustered = two_group_probe(true, [6, 7, 8]);
+        let miss_conf = family_miss_confidence(0.9, 2);
+        let alone = judge_group_at(&clustered[1].0, 0.99, 20 * ms, 0.9, miss_conf);
+        assert_eq!(alone.verdict, Verdict::Misses, "{alone:?}");
+        assert_eq!(alone.design_effect, 1.0, "36 queries: too few for the group's own batches");
+        let (d, judged) = judge(&clustered);
+        assert!(d > 3.0, "clustered probe: D = {d}");
+        assert_eq!(judged[1].design_effect, d);
+        assert_ne!(judged[1].verdict, Verdict::Misses, "{:?}", judged[1]);
+        // The big group has 30 expected exceedances: it keeps its own D.
+        let own = judge_group_at(&clustered[0].0, 0.99, 20 * ms, 0.9, miss_conf);
+        assert_eq!(judged[0].design_effect, own.design_effect);
+
+        // The same small group in a probe whose slow queries are independent:
+        // D ≈ 1, and the miss stands, as the plain bounds say.
+        let (d, judged) = judge(&two_group_probe(false, [6, 7, 8]));
+        assert!(d < 1.5, "independent probe: D = {d}");
+        assert_eq!(judged[1].verdict, Verdict::Misses, "{:?}", judged[1]);
     }
 
     #[test]

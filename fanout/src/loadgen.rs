@@ -73,6 +73,10 @@ pub struct RunSpec {
 #[derive(Clone, Debug, Default)]
 pub struct Group {
     pub latencies_ns: Vec<Nanos>,
+    /// Each query's intended send time since the run began, in the order of
+    /// `latencies_ns`: it puts all groups' queries back on one time line (the
+    /// judge's busy-period check across groups).
+    pub sent_ns: Vec<Nanos>,
     pub rejected: u64,
     /// Where each single query's time went, in the order of `latencies_ns`
     /// (empty for sequential requests).
@@ -177,7 +181,8 @@ pub async fn run(handler: Arc<Handler>, timer: Arc<PreciseTimer>, spec: &RunSpec
         in_flight.fetch_add(1, Ordering::Relaxed);
         let (h, rep, fl) = (handler.clone(), report.clone(), in_flight.clone());
         let intended = t;
-        let intended_wall = start_wall + t.duration_since(start).as_nanos() as Nanos;
+        let sent_ns = t.duration_since(start).as_nanos() as Nanos;
+        let intended_wall = start_wall + sent_ns;
         tasks.spawn(async move {
             let res = match &sequential {
                 None => h.query(QuerySpec { class, fanout, slo_ns: None }).await.map(Some),
@@ -196,6 +201,7 @@ pub async fn run(handler: Arc<Handler>, timer: Arc<PreciseTimer>, spec: &RunSpec
                     r.tasks_admitted += fanout as u64;
                     let g = r.groups.entry((class, group)).or_default();
                     g.latencies_ns.push(latency);
+                    g.sent_ns.push(sent_ns);
                     if let Some(o) = outcome {
                         g.traces.push(QueryTrace {
                             latency_ns: latency,
