@@ -81,7 +81,7 @@ fn semantic_problems_are_reported_together() {
     let f = dir.join("bad.toml");
     std::fs::write(
         &f,
-        "name = \"x\"\n[load]\nrps = -1\n[[service]]\nname = \"a\"\ncores = 0\npolicy = { kind = \"orf\", c = 0 }\nservice_time = { kind = \"exp\", mean_ms = 1 }\ngroups = [ { first = 0, count = 2, scale = 2.0 } ]\n[[stage]]\nname = \"s\"\nservice = \"nope\"\nfanout = 0\n[[stage]]\nname = \"t\"\nservice = \"a\"\nfanout_by_class = { gold = 2 }\n",
+        "name = \"x\"\n[load]\nrps = -1\n[[service]]\nname = \"a\"\ncores = 0\npolicy = { kind = \"orf\", c = 0 }\nservice_time = { kind = \"exp\", mean_ms = 1 }\ngroups = [ { first = 0, count = 2, scale = 2.0 } ]\n[[stage]]\nname = \"s\"\nservice = \"nope\"\nfanout = 0\n[[stage]]\nname = \"t\"\nservice = \"a\"\nfanout_by_class = { gold = 2 }\nweights_by_class = { gold = [ { first = 0, count = 3, weight = 2.0 } ] }\n",
     )
     .unwrap();
     let out = tailor(&["sim", f.to_str().unwrap()]);
@@ -96,6 +96,8 @@ fn semantic_problems_are_reported_together() {
         "groups entry { first = 0, count = 2",
         "stage \"t\": fanout_by_class.gold: no [[class]] is named \"gold\"",
         "fanout_by_class.gold: up to 2 but service \"a\" has only 1 instances",
+        "stage \"t\": weights_by_class.gold: no [[class]] is named \"gold\"",
+        "weights_by_class.gold: entry { first = 0, count = 3, weight = 2 }: needs count ≥ 1 within the service's 1 instances",
     ] {
         assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
     }

@@ -330,6 +330,7 @@ pub fn lone_path_applies(m: &Model) -> bool {
         && st.choose.is_empty()
         && matches!(st.fanout, Fanout::Fixed(1))
         && st.class_fanout.is_empty()
+        && st.class_weights.is_empty()
         && svc.instances == 1
         && svc.instance_scale.is_empty()
         && svc.admit.is_none()
@@ -381,6 +382,8 @@ struct Engine<'m> {
     scratch: Vec<u32>,
     /// Per service, how a fan-out picks its instances.
     pickers: Vec<DistinctPicker>,
+    /// Per stage and class, a class's own placement (`weights_by_class`), if it has one.
+    class_pickers: Vec<Vec<Option<DistinctPicker>>>,
 }
 
 impl<'m> Engine<'m> {
@@ -469,6 +472,16 @@ impl<'m> Engine<'m> {
                     } else {
                         DistinctPicker::weighted(s.instance_weight.clone())
                     }
+                })
+                .collect(),
+            class_pickers: m
+                .stages
+                .iter()
+                .map(|st| {
+                    st.class_weights
+                        .iter()
+                        .map(|w| (!w.is_empty()).then(|| DistinctPicker::weighted(w.clone())))
+                        .collect()
                 })
                 .collect(),
         }
@@ -780,7 +793,11 @@ impl<'m> Engine<'m> {
         if !single {
             chosen = std::mem::take(&mut self.scratch);
             chosen.clear();
-            chosen.extend_from_slice(self.pickers[st.service].pick(&mut r.rng, k as usize));
+            let picker = match self.class_pickers[stage].get_mut(class as usize) {
+                Some(Some(p)) => p,
+                _ => &mut self.pickers[st.service],
+            };
+            chosen.extend_from_slice(picker.pick(&mut r.rng, k as usize));
         }
         let deadline = match m.budgets.get(class, stage, k) {
             Some(b) => self.now.saturating_add(b),

@@ -111,6 +111,10 @@ pub struct StageModel {
     pub fanout: Fanout,
     /// Per class index, the fan-out of that class's queries (empty: every class uses `fanout`).
     pub class_fanout: Vec<Fanout>,
+    /// Per class index, the instance weights that class's queries pick by
+    /// (empty: none differ, every class picks by the service's weights; an
+    /// empty entry: that class does).
+    pub class_weights: Vec<Vec<f64>>,
     /// Independent successors: (stage, probability).
     pub next: Vec<(usize, f64)>,
     /// Exclusive successors: (stage, cumulative normalised probability).
@@ -277,6 +281,7 @@ impl Model {
                     service: i,
                     fanout: Fanout::Fixed(1),
                     class_fanout: vec![],
+                    class_weights: vec![],
                     next: if i + 1 < n { vec![(i + 1, 1.0)] } else { vec![] },
                     choose: vec![],
                 })
@@ -300,6 +305,19 @@ impl Model {
                             .map(|c| st.fanout_by_class.get(&c.name).map_or_else(|| fanout.clone(), Fanout::from_spec))
                             .collect()
                     };
+                    let instances = sc.services.iter().find(|s| s.name == st.service).map_or(0, |s| s.instances);
+                    let class_weights: Vec<Vec<f64>> = if st.weights_by_class.is_empty() {
+                        vec![]
+                    } else {
+                        sc.classes
+                            .iter()
+                            .map(|c| {
+                                st.weights_by_class
+                                    .get(&c.name)
+                                    .map_or_else(Vec::new, |w| crate::scenario::per_instance(w, instances, |g| g.weight))
+                            })
+                            .collect()
+                    };
                     let next: Vec<(usize, f64)> = st.next.iter().map(|e| (stage_idx[e.stage.as_str()], e.p)).collect();
                     let weights: Vec<f64> = st.choose.iter().map(|e| e.p).collect();
                     let choose: Vec<(usize, f64)> =
@@ -312,6 +330,7 @@ impl Model {
                         service: service_idx[st.service.as_str()],
                         fanout,
                         class_fanout,
+                        class_weights,
                         next,
                         choose,
                     }

@@ -377,6 +377,43 @@ fanout = {k}
 }
 
 #[test]
+fn a_class_placement_feeds_its_own_instances() {
+    // Two instances of Exp(1 ms), two equally likely classes of fan-out 1.
+    // Class A picks instance 0 with weight 3 (3/4 of its queries), class B
+    // uniformly. Nominal utilization 0.4 of 2 is λ = 0.8 per ms, 0.4 per class:
+    // instance 0 gets 0.3 + 0.2 = 0.5, instance 1 gets 0.1 + 0.2 = 0.3, each an
+    // M/M/1 (sojourn rate μ − λ: 0.5 and 0.7). Class A's mean sojourn is
+    // 3/4 / 0.5 + 1/4 / 0.7, class B's 1/2 / 0.5 + 1/2 / 0.7; with no placement
+    // both would be 1 / 0.6, so the test tells the classes' placements apart.
+    let toml = r#"
+name = "class-placement"
+seed = 71
+[load]
+utilization = 0.4
+[[class]]
+name = "A"
+[[class]]
+name = "B"
+[[service]]
+name = "s"
+instances = 2
+cores = 1
+policy = { kind = "fifo" }
+service_time = { kind = "exp", mean_ms = 1.0 }
+[[stage]]
+name = "one"
+service = "s"
+weights_by_class = { A = [ { first = 0, count = 1, weight = 3.0 } ] }
+"#;
+    let rec = simulate(toml, 200_000);
+    for (class, share0) in [(0usize, 0.75), (1, 0.5)] {
+        let lat = latencies_ms(&rec, |i| rec.class[i] as usize == class);
+        let theory = share0 / 0.5 + (1.0 - share0) / 0.7;
+        assert_agrees(&format!("class {class} placed {share0} on instance 0, mean"), batch_estimate(&lat, mean), theory, 0.03);
+    }
+}
+
+#[test]
 fn heterogeneous_instances_are_mm1_queues_fed_by_weight() {
     // Four instances of Exp(1 ms): 0–1 picked with weight 3, 2–3 twice as slow
     // and picked with weight 1. Nominal utilization 0.4 of 4 instances is
