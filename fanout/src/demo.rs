@@ -87,6 +87,12 @@ pub struct ClassConfig {
     /// fan-out); without them the class uses the top-level `fanouts`.
     #[serde(default)]
     pub fanouts: Option<FanoutMix>,
+    /// This class's own placement, `placement = [{ first = 0, count = 8, weight = 12 }]`:
+    /// each listed server's weight for this class's queries (the others weigh
+    /// 1) instead of the `[[group]]` weights. TailGuard's testbed sent 80% of
+    /// class A to one cluster: weight 12 on 8 of 32 servers is 96 of 120.
+    #[serde(default)]
+    pub placement: Vec<ServerGroup>,
 }
 
 /// Servers `first .. first + count` are `scale`× slower and `weight`× as
@@ -232,6 +238,23 @@ impl Loaded {
         scale.into_iter().zip(tailor_sim::scenario::per_instance(groups, n, |g| g.weight)).collect()
     }
 
+    /// Per class, its servers' pick weights if it has its own `placement`
+    /// (else an empty entry); empty if no class has one.
+    pub fn class_placements(&self) -> Vec<Vec<f64>> {
+        if self.cfg.classes.iter().all(|c| c.placement.is_empty()) {
+            return Vec::new();
+        }
+        let n = self.cfg.servers;
+        let of = |c: &ClassConfig| {
+            if c.placement.is_empty() {
+                Vec::new()
+            } else {
+                tailor_sim::scenario::per_instance(&c.placement, n, |g| g.weight)
+            }
+        };
+        self.cfg.classes.iter().map(of).collect()
+    }
+
     /// Query rate for a load fraction: load = λ · E[k] · E[S] / N (nominal E[S], scaled).
     pub fn rate_for(&self, load: f64) -> f64 {
         let mean_s = self.service.mean_ns() * self.cfg.time_scale / 1e9;
@@ -259,6 +282,7 @@ impl Loaded {
             classes: self.slo_classes(),
             servers,
             server_weights: if uniform { Vec::new() } else { weights },
+            class_server_weights: self.class_placements(),
             offline: scaled(self.cfg.time_scale),
             // Servers of known speeds ([[group]] scale) start from their own
             // offline CDF, as the simulated planner does.
@@ -339,6 +363,21 @@ impl DemoConfig {
         for (i, c) in self.classes.iter().enumerate() {
             if !(c.slo_ms > 0.0 && c.percentile > 0.0 && c.percentile < 100.0) {
                 p.push(format!("[[class]] {i} ({}): slo_ms > 0 and 0 < percentile < 100", c.name));
+            }
+        }
+        for c in &self.classes {
+            for g in &c.placement {
+                if g.count == 0
+                    || g.first + g.count > self.servers
+                    || !(g.weight.is_finite() && g.weight > 0.0)
+                    || g.scale != 1.0
+                {
+                    p.push(format!(
+                        "[[class]] {:?}: placement entry {{ first = {}, count = {}, weight = {} }}: needs count ≥ 1 within \
+                         the {} servers and weight > 0 (and no `scale`: speeds belong to [[group]])",
+                        c.name, g.first, g.count, g.weight, self.servers
+                    ));
+                }
             }
         }
         for g in &self.groups {
@@ -869,6 +908,23 @@ pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) ->
         .collect();
     let by_class =
         if by_class.is_empty() { String::new() } else { format!("fanout_by_class = {{ {} }}\n", list(by_class)) };
+    // Classes with their own placement pick the simulated instances as the handler picks servers.
+    let entries = |v: &[ServerGroup]| {
+        list(
+            v.iter()
+                .map(|g| format!("{{ first = {}, count = {}, weight = {} }}", g.first, g.count, g.weight))
+                .collect(),
+        )
+    };
+    let placed: Vec<String> = l
+        .cfg
+        .classes
+        .iter()
+        .filter(|c| !c.placement.is_empty())
+        .map(|c| format!("{:?} = [ {} ]", c.name, entries(&c.placement)))
+        .collect();
+    let by_class =
+        if placed.is_empty() { by_class } else { format!("{by_class}weights_by_class = {{ {} }}\n", list(placed)) };
     let mut t = format!(
         "name = \"{name}-{policy}-{mode}\"\nseed = {seed}\nrequests = {req}\nwarmup = {warm}\n\n[load]\nutilization = {lo}\n\n\
          [[service]]\nname = \"server\"\ninstances = {n}\ncores = 1\npolicy = {{ kind = \"{policy}\" }}\nservice_time = {service}\n{groups}\n\
@@ -1266,6 +1322,31 @@ mod tests {
                 assert!(real < class.slo_ns as i64 - x_same as i64, "class {c} k {k}");
             }
         }
+    }
+
+    #[test]
+    fn class_placement_reaches_the_handler_and_the_simulated_scenario() {
+        let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/testbed-shape.toml"));
+        let text = std::fs::read_to_string(path).unwrap();
+        let l = Loaded::from_toml(&text, path).unwrap();
+        let servers: Vec<std::net::SocketAddr> =
+            (0..32).map(|i| std::net::SocketAddr::from(([127, 0, 0, 1], 9 + i))).collect();
+        // Class A's placement: 80% on the first cluster (weight 12 on 8 of 32).
+        let weights = l.handler_config(Scheme::TfEdfq, servers.clone(), None, None).class_server_weights;
+        let a = &weights[0];
+        assert_eq!(a.len(), 32);
+        let first: f64 = a[..8].iter().sum();
+        assert!((first / a.iter().sum::<f64>() - 0.8).abs() < 1e-12, "{a:?}");
+        assert!(weights[1].is_empty() && weights[2].is_empty(), "{weights:?}");
+        // The simulated stage picks class A's instances by the same weights, the others by the groups'.
+        let scenario = sim_scenario_toml(&l, Scheme::TfEdfq, None).unwrap();
+        let sc = Scenario::from_toml(&scenario.text, &l.base_dir.join("x-sim.toml")).expect("the simulator accepts it");
+        let model = tailor_sim::model::Model::build(&sc, &Default::default()).expect("model");
+        assert_eq!(model.stages[0].class_weights, weights, "{}", scenario.text);
+        // A bad entry is named with its class.
+        let bad = text.replacen("first = 0, count = 8, weight = 12", "first = 8, count = 30, weight = 12", 1);
+        let err = Loaded::from_toml(&bad, path).expect_err("past the 32 servers").to_string();
+        assert!(err.contains("[[class]] \"A\": placement entry { first = 8, count = 30, weight = 12 }"), "{err}");
     }
 
     #[test]

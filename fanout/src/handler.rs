@@ -136,6 +136,10 @@ pub struct HandlerConfig {
     pub servers: Vec<SocketAddr>,
     /// Relative chance of each server being picked (empty: uniform).
     pub server_weights: Vec<f64>,
+    /// Per class, its own placement: each server's relative chance for that
+    /// class's queries (empty, or an empty entry: `server_weights`). TailGuard's
+    /// testbed sent 80% of class A to one cluster.
+    pub class_server_weights: Vec<Vec<f64>>,
     /// The offline estimate of every server's post-dequeue time CDF.
     pub offline: SharedCdf,
     /// Per server, an offline estimate of its own (heterogeneous servers whose
@@ -291,8 +295,9 @@ pub struct Handler {
     learned: Vec<Mutex<LatencyHistogram>>,
     admission: Option<Mutex<AdmissionController>>,
     central: Vec<Mutex<CentralQueue>>,
-    /// The servers of each query ([`DistinctPicker`]: the simulator picks the same way).
-    picker: Mutex<(Rng, DistinctPicker)>,
+    /// The servers of each query, one picker per class ([`DistinctPicker`]: the
+    /// simulator picks the same way).
+    picker: Mutex<(Rng, Vec<DistinctPicker>)>,
     /// Sequential-request budget plans, per (class, fan-outs, split); replaced
     /// (never cleared) at each refresh, so a request always finds the latest.
     plans: Mutex<Plans>,
@@ -381,6 +386,25 @@ impl Handler {
         if let Some(w) = cfg.server_weights.iter().find(|w| !(w.is_finite() && **w > 0.0)) {
             return Err(crate::Error::Config(format!("server_weights: {w} is not a positive weight")));
         }
+        if !cfg.class_server_weights.is_empty() && cfg.class_server_weights.len() != cfg.classes.len() {
+            return Err(crate::Error::Config(format!(
+                "class_server_weights has {} entries for {} classes",
+                cfg.class_server_weights.len(),
+                cfg.classes.len()
+            )));
+        }
+        for (c, w) in cfg.class_server_weights.iter().enumerate() {
+            if !w.is_empty() && w.len() != cfg.servers.len() {
+                return Err(crate::Error::Config(format!(
+                    "class_server_weights[{c}] has {} entries for {} servers",
+                    w.len(),
+                    cfg.servers.len()
+                )));
+            }
+            if let Some(x) = w.iter().find(|x| !(x.is_finite() && **x > 0.0)) {
+                return Err(crate::Error::Config(format!("class_server_weights[{c}]: {x} is not a positive weight")));
+            }
+        }
         let n = cfg.servers.len();
         let offline: Vec<SharedCdf> = (0..n).map(|s| cfg.offline_of(s)).collect();
         let mut planner = Planner::new(cfg.classes.clone(), TailModel::PerServer(offline.clone()))
@@ -431,14 +455,22 @@ impl Handler {
             pooled_mean_ns: AtomicU64::new(0),
             admission,
             central,
-            picker: Mutex::new((
-                Rng::new(cfg.seed),
-                if cfg.server_weights.is_empty() {
-                    DistinctPicker::uniform(n)
-                } else {
-                    DistinctPicker::weighted(cfg.server_weights.clone())
-                },
-            )),
+            picker: Mutex::new((Rng::new(cfg.seed), {
+                let picker = |w: &Vec<f64>| {
+                    if w.is_empty() {
+                        DistinctPicker::uniform(n)
+                    } else {
+                        DistinctPicker::weighted(w.clone())
+                    }
+                };
+                let default = picker(&cfg.server_weights);
+                (0..cfg.classes.len())
+                    .map(|c| match cfg.class_server_weights.get(c) {
+                        Some(w) if !w.is_empty() => picker(w),
+                        _ => default.clone(),
+                    })
+                    .collect()
+            })),
             client,
             cfg,
             stats: HandlerStats::default(),
@@ -604,10 +636,11 @@ impl Handler {
         self.admission.as_ref().map_or(0.0, |a| a.lock().expect("admission poisoned").miss_ratio(wall_ns()))
     }
 
-    fn pick_servers(&self, k: usize) -> Vec<usize> {
+    /// The servers of one query of `class` (validated: a class the handler has).
+    fn pick_servers(&self, class: u8, k: usize) -> Vec<usize> {
         let mut guard = self.picker.lock().expect("picker poisoned");
-        let (rng, picker) = &mut *guard;
-        picker.pick(rng, k).iter().map(|&i| i as usize).collect()
+        let (rng, pickers) = &mut *guard;
+        pickers[class as usize].pick(rng, k).iter().map(|&i| i as usize).collect()
     }
 
     /// Runs one query: admission, deadline, fan-out, merge.
@@ -709,7 +742,7 @@ impl Handler {
     /// time any of its tasks waited before being dequeued, the slowest task's timeline).
     async fn fan_out(self: &Arc<Self>, ctx: Context) -> Result<(u32, Nanos, TaskTrace), QueryError> {
         let header = wire::encode(&ctx);
-        let servers = self.pick_servers(ctx.fanout as usize);
+        let servers = self.pick_servers(ctx.class, ctx.fanout as usize);
         let now = wall_ns();
         let key = self.queue_key(&ctx);
         // Which tasks are already known to miss (predicted misses; empty unless `predict`).
@@ -1003,6 +1036,7 @@ mod tests {
             // Never contacted: the test feeds results to the histograms directly.
             servers: (0..4).map(|i| SocketAddr::from(([127, 0, 0, 1], 9 + i))).collect(),
             server_weights: Vec::new(),
+            class_server_weights: Vec::new(),
             offline: Arc::new(Scaled { dist: Dist::fixed_ns(10e6), factor: 1.0 }),
             offline_per_server: Vec::new(),
             admission: None,
@@ -1011,6 +1045,30 @@ mod tests {
             seed: 1,
         })
         .unwrap()
+    }
+
+    /// A class with its own placement picks by it; the others by the default.
+    #[test]
+    fn each_class_picks_its_servers_by_its_own_placement() {
+        let mut cfg = handler(1000.0).cfg.clone();
+        cfg.classes.push(SloClass { p: 0.99, slo_ns: 200_000_000 });
+        // Class 0: server 0 three times as likely as each other one (3 of 6); class 1 uniform.
+        cfg.class_server_weights = vec![vec![3.0, 1.0, 1.0, 1.0], Vec::new()];
+        let h = Handler::new(cfg.clone()).unwrap();
+        let share_on_0 = |class: u8| {
+            let hits = (0..20_000).filter(|_| h.pick_servers(class, 1)[0] == 0).count();
+            hits as f64 / 20_000.0
+        };
+        let (a, b) = (share_on_0(0), share_on_0(1));
+        assert!((a - 0.5).abs() < 0.02, "class 0 on server 0: {a}");
+        assert!((b - 0.25).abs() < 0.02, "class 1 on server 0: {b}");
+        // Distinct servers still: a fan-out of 4 gets all four.
+        let mut all = h.pick_servers(0, 4);
+        all.sort_unstable();
+        assert_eq!(all, vec![0, 1, 2, 3]);
+        cfg.class_server_weights = vec![vec![1.0; 3], Vec::new()];
+        let err = Handler::new(cfg).err().expect("3 weights for 4 servers").to_string();
+        assert!(err.contains("class_server_weights[0] has 3 entries for 4 servers"), "{err}");
     }
 
     fn feed(h: &Handler, server: usize, n: usize, ns: Nanos) {

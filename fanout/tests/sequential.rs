@@ -47,6 +47,7 @@ async fn testbed() -> (Vec<TaskServer>, Arc<Handler>) {
         classes: vec![SloClass { p: 0.99, slo_ns: REQUEST_SLO_NS }],
         servers: servers.iter().map(|s| s.addr).collect(),
         server_weights: Vec::new(),
+        class_server_weights: Vec::new(),
         offline: Arc::new(Dist::exp_ns(MEAN_SERVICE_NS)),
         offline_per_server: Vec::new(),
         admission: None,

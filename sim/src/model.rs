@@ -312,9 +312,9 @@ impl Model {
                         sc.classes
                             .iter()
                             .map(|c| {
-                                st.weights_by_class
-                                    .get(&c.name)
-                                    .map_or_else(Vec::new, |w| crate::scenario::per_instance(w, instances, |g| g.weight))
+                                st.weights_by_class.get(&c.name).map_or_else(Vec::new, |w| {
+                                    crate::scenario::per_instance(w, instances, |g| g.weight)
+                                })
                             })
                             .collect()
                     };

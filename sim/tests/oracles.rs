@@ -409,7 +409,12 @@ weights_by_class = { A = [ { first = 0, count = 1, weight = 3.0 } ] }
     for (class, share0) in [(0usize, 0.75), (1, 0.5)] {
         let lat = latencies_ms(&rec, |i| rec.class[i] as usize == class);
         let theory = share0 / 0.5 + (1.0 - share0) / 0.7;
-        assert_agrees(&format!("class {class} placed {share0} on instance 0, mean"), batch_estimate(&lat, mean), theory, 0.03);
+        assert_agrees(
+            &format!("class {class} placed {share0} on instance 0, mean"),
+            batch_estimate(&lat, mean),
+            theory,
+            0.03,
+        );
     }
 }
 

@@ -148,6 +148,7 @@ fn handler(f: &HashMap<String, String>) -> Result<(), String> {
         classes,
         servers,
         server_weights: Vec::new(),
+        class_server_weights: Vec::new(),
         offline: Arc::new(Scaled { dist: Dist::fixed_ns(offline_ms * 1e6), factor: 1.0 }),
         offline_per_server: Vec::new(),
         admission,
