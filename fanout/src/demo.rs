@@ -1321,6 +1321,23 @@ mod tests {
                 let x_same = tailor_core::tailguard::Planner::unloaded_quantile_homogeneous(&*same.offline, k, class.p);
                 assert!(real < class.slo_ns as i64 - x_same as i64, "class {c} k {k}");
             }
+            // Per placement (Eq. 1 over the servers a query picked), too: a
+            // query on the normal servers 8–10 may wait longer than one that
+            // touched the 3× slower server 31, and both engines say how much.
+            for servers in [vec![8usize], vec![31], vec![0], vec![8, 9, 10], vec![8, 9, 31], (0..32).collect()] {
+                let real = class.slo_ns as i64 - handler.unloaded_tail_of(c as u8, &servers) as i64;
+                let picked: Vec<u32> = servers.iter().map(|&s| s as u32).collect();
+                let sim = model.placement_budget(c as u8, 0, &picked).expect("a per-placement budget") as i64;
+                assert!(
+                    (real - sim).abs() <= 1_000,
+                    "class {c} servers {servers:?}: handler {real} ns, simulator {sim} ns"
+                );
+            }
+            let budget = |servers: &[usize]| class.slo_ns as i64 - handler.unloaded_tail_of(c as u8, servers) as i64;
+            assert!(budget(&[8]) > budget(&[0]) && budget(&[0]) > budget(&[31]), "class {c}");
+            assert!(budget(&[8, 9, 10]) > budget(&[8, 9, 31]), "class {c}");
+            // Any 3 servers' budget is at least the 3 slowest ones' (the table's).
+            assert!(budget(&[8, 9, 31]) >= class.slo_ns as i64 - handler.unloaded_tail(c as u8, 3) as i64);
         }
     }
 

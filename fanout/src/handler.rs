@@ -301,6 +301,9 @@ pub struct Handler {
     /// Sequential-request budget plans, per (class, fan-outs, split); replaced
     /// (never cleared) at each refresh, so a request always finds the latest.
     plans: Mutex<Plans>,
+    /// x_p^u of the server sets queries picked, per class, on the CDFs of
+    /// `plans.cdfs` (cleared when those are replaced; bounded).
+    placement_tails: Mutex<HashMap<(u8, Vec<u16>), Nanos>>,
     /// Per-task overhead: post-dequeue time − the service time the server
     /// reports (loopback HTTP both ways, tokio scheduling, timer lateness).
     /// What the simulator has to add to the service time to see what the
@@ -441,6 +444,7 @@ impl Handler {
             learned: (0..n).map(|_| Mutex::new(LatencyHistogram::new())).collect(),
             planner: Mutex::new(planner),
             plans: Mutex::new(Plans { cdfs: Arc::new(offline.clone()), entries: Vec::new() }),
+            placement_tails: Mutex::new(HashMap::new()),
             overhead: Mutex::new(LatencyHistogram::new()),
             dispatch: Mutex::new(LatencyHistogram::new()),
             outstanding: (0..n).map(|_| Mutex::new(BTreeMap::new())).collect(),
@@ -623,7 +627,37 @@ impl Handler {
                 }
             }
         }
+        self.placement_tails.lock().expect("placement tails poisoned").clear();
         self.stats.planner_refreshes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Most server sets whose x_p^u is remembered between refreshes.
+    const PLACEMENT_MEMO: usize = 4096;
+
+    /// x_p^u of one query of `class` whose tasks go to exactly `servers`:
+    /// TailGuard Eq. 1–2 over the query's own n(k), Π F_l(t) ≥ p, on the
+    /// current CDFs. [`Handler::unloaded_tail`] is the k slowest servers'
+    /// instead, which gives a query on fast servers the slow ones' budget.
+    /// The same sets recur (each server at k = 1, all of them at k = N), so
+    /// results are kept until the CDFs change.
+    pub fn unloaded_tail_of(&self, class: u8, servers: &[usize]) -> Nanos {
+        let mut key: Vec<u16> = servers.iter().map(|&s| s as u16).collect();
+        key.sort_unstable();
+        if let Some(&x) = self.placement_tails.lock().expect("placement tails poisoned").get(&(class, key.clone())) {
+            return x;
+        }
+        let cdfs = self.plans.lock().expect("plans poisoned").cdfs.clone();
+        let chosen: Vec<&SharedCdf> = key.iter().map(|&s| &cdfs[s as usize]).collect();
+        let x = tailor_core::tailguard::unloaded_quantile(&chosen, self.cfg.classes[class as usize].p);
+        let mut memo = self.placement_tails.lock().expect("placement tails poisoned");
+        // Only if the CDFs are still the ones used: a refresh in between cleared the memo.
+        if Arc::ptr_eq(&cdfs, &self.plans.lock().expect("plans poisoned").cdfs) {
+            if memo.len() >= Self::PLACEMENT_MEMO {
+                memo.clear();
+            }
+            memo.insert((class, key), x);
+        }
+        x
     }
 
     /// x_p^u(k) for a class as the planner currently estimates it.
@@ -666,13 +700,14 @@ impl Handler {
         }
         self.stats.admitted.fetch_add(1, Ordering::Relaxed);
         let slo_ns = q.slo_ns.unwrap_or(class.slo_ns);
+        let servers = self.pick_servers(q.class, q.fanout as usize);
         let budget_ns = match self.cfg.scheme {
             Scheme::TEdfq => slo_ns as i64,
-            _ => slo_ns as i64 - self.unloaded_tail(q.class, q.fanout) as i64,
+            _ => slo_ns as i64 - self.unloaded_tail_of(q.class, &servers) as i64,
         };
         let deadline = if budget_ns >= 0 { t0 + budget_ns as Nanos } else { t0 };
-        let (missed, _, slowest) =
-            self.fan_out(Context { gat: t0, deadline, class: q.class, fanout: q.fanout, hop: 1 }).await?;
+        let ctx = Context { gat: t0, deadline, class: q.class, fanout: q.fanout, hop: 1 };
+        let (missed, _, slowest) = self.fan_out_to(ctx, servers).await?;
         Ok(QueryOutcome {
             latency_ns: started.elapsed().as_nanos() as Nanos,
             budget_ns,
@@ -741,8 +776,17 @@ impl Handler {
     /// Returns (tasks that missed, the query's pre-dequeuing time: the longest
     /// time any of its tasks waited before being dequeued, the slowest task's timeline).
     async fn fan_out(self: &Arc<Self>, ctx: Context) -> Result<(u32, Nanos, TaskTrace), QueryError> {
-        let header = wire::encode(&ctx);
         let servers = self.pick_servers(ctx.class, ctx.fanout as usize);
+        self.fan_out_to(ctx, servers).await
+    }
+
+    /// [`Handler::fan_out`] to servers already picked.
+    async fn fan_out_to(
+        self: &Arc<Self>,
+        ctx: Context,
+        servers: Vec<usize>,
+    ) -> Result<(u32, Nanos, TaskTrace), QueryError> {
+        let header = wire::encode(&ctx);
         let now = wall_ns();
         let key = self.queue_key(&ctx);
         // Which tasks are already known to miss (predicted misses; empty unless `predict`).

@@ -384,6 +384,8 @@ struct Engine<'m> {
     pickers: Vec<DistinctPicker>,
     /// Per stage and class, a class's own placement (`weights_by_class`), if it has one.
     class_pickers: Vec<Vec<Option<DistinctPicker>>>,
+    /// Budgets of the placements seen so far: (class, service, sorted instances).
+    placement_budgets: std::collections::HashMap<(u8, usize, Vec<u32>), Option<Nanos>>,
 }
 
 impl<'m> Engine<'m> {
@@ -484,6 +486,7 @@ impl<'m> Engine<'m> {
                         .collect()
                 })
                 .collect(),
+            placement_budgets: std::collections::HashMap::new(),
         }
     }
 
@@ -799,7 +802,23 @@ impl<'m> Engine<'m> {
             };
             chosen.extend_from_slice(picker.pick(&mut r.rng, k as usize));
         }
-        let deadline = match m.budgets.get(class, stage, k) {
+        let budget = if single || m.instance_cdfs.is_empty() {
+            m.budgets.get(class, stage, k)
+        } else {
+            // Eq. 1 over the instances this query picked; the same set recurs
+            // (every instance at k = 1, all of them at k = N), so memoise it.
+            let mut key = chosen.clone();
+            key.sort_unstable();
+            match self.placement_budgets.get(&(class, st.service, key.clone())) {
+                Some(&b) => b,
+                None => {
+                    let b = m.placement_budget(class, st.service, &key).or(m.budgets.get(class, stage, k));
+                    self.placement_budgets.insert((class, st.service, key), b);
+                    b
+                }
+            }
+        };
+        let deadline = match budget {
             Some(b) => self.now.saturating_add(b),
             None => NEVER,
         };

@@ -181,6 +181,11 @@ pub struct Model {
     pub budgets: Budgets,
     /// (class, stage, fanout) whose SLO is below the unloaded tail: infeasible.
     pub infeasible: Vec<(u8, usize, u32)>,
+    /// Per service, its instances' own unloaded CDFs when they differ (`groups`
+    /// scales) and deadlines are TailGuard's from the distribution: a task's
+    /// budget is then Eq. 1 over the instances its query actually picked
+    /// ([`Model::placement_budget`]), not the table's k slowest.
+    pub instance_cdfs: Vec<Vec<Scaled>>,
     /// (r_th, window).
     pub admission: Option<(f64, Nanos)>,
     /// Every node: service instances with CPUs of their own, then hosts.
@@ -429,6 +434,7 @@ impl Model {
             deadline_mode: sc.deadlines.mode,
             budgets: Budgets::default(),
             infeasible: Vec::new(),
+            instance_cdfs: Vec::new(),
             admission: sc.admission.as_ref().map(|a| (a.r_th, from_millis_f64(a.window_ms))),
             nodes,
         };
@@ -461,6 +467,9 @@ impl Model {
                 svc.instance_scale.iter().map(|&factor| Scaled { dist: svc.service_time.clone(), factor }).collect()
             })
             .collect();
+        if self.deadline_mode == DeadlineMode::Tailguard && rut_table.is_none() {
+            self.instance_cdfs = per_instance.clone();
+        }
         for (ci, class) in self.classes.iter().enumerate() {
             let Some(slo) = class.slo else { continue };
             for (si, stage) in self.stages.iter().enumerate() {
@@ -497,6 +506,21 @@ impl Model {
             }
         }
         Ok(())
+    }
+}
+
+impl Model {
+    /// The TF-EDFQ budget of a task of `class` whose query went to exactly
+    /// `instances` of `service`: SLO − x_p^u over those instances' own CDFs
+    /// (TailGuard Eq. 1–2 with the query's own n(k)), saturating at 0.
+    /// `None` when the service's instances are alike or deadlines are not
+    /// planned from the distribution: then [`Budgets::get`] is exact already.
+    pub fn placement_budget(&self, class: u8, service: usize, instances: &[u32]) -> Option<Nanos> {
+        let cdfs = self.instance_cdfs.get(service).filter(|c| !c.is_empty())?;
+        let c = self.classes.get(class as usize)?;
+        let slo = c.slo?;
+        let chosen: Vec<&Scaled> = instances.iter().map(|&i| &cdfs[i as usize]).collect();
+        Some(slo.saturating_sub(tailor_core::tailguard::unloaded_quantile(&chosen, c.percentile / 100.0)))
     }
 }
 

@@ -436,3 +436,44 @@ mode = "tailguard"
     assert!((lookup as f64 / 1e6 - (10.0 - x1)).abs() < 0.01, "lookup budget {lookup}");
     assert!((search as f64 / 1e6 - (10.0 - x8)).abs() < 0.01, "search budget {search}");
 }
+
+#[test]
+fn a_task_budget_is_eq_1_over_the_instances_its_query_picked() {
+    // Two instances of a fixed 1 ms task, the first twice as fast. The k = 1
+    // budget in the table is the slowest instance's (SLO 10 − 1 ms); a query
+    // that picked the fast one may wait 9.5 ms (Eq. 1 over its own n(k)).
+    let toml = r#"
+name = "placement-budget"
+[load]
+utilization = 0.3
+[[service]]
+name = "s"
+instances = 2
+cores = 1
+policy = { kind = "edf" }
+service_time = { kind = "fixed", value_ms = 1.0 }
+groups = [ { first = 0, count = 1, scale = 0.5 } ]
+[[stage]]
+name = "q"
+service = "s"
+fanout = { values = [1, 2], weights = [1, 1] }
+[[class]]
+name = "c"
+slo_ms = 10
+[deadlines]
+mode = "tailguard"
+"#;
+    let m = model(toml, Overrides::default());
+    let ms = |x: u64| x as f64 / 1e6;
+    let near = |got: Option<u64>, want: f64| got.is_some_and(|b| (ms(b) - want).abs() < 1e-3);
+    assert!(near(m.budgets.get(0, 0, 1), 9.0), "{:?}", m.budgets.get(0, 0, 1));
+    assert!(near(m.placement_budget(0, 0, &[0]), 9.5), "{:?}", m.placement_budget(0, 0, &[0]));
+    assert!(near(m.placement_budget(0, 0, &[1]), 9.0));
+    assert!(near(m.placement_budget(0, 0, &[0, 1]), 9.0));
+    // T-EDFQ (deadline = SLO) has no placement to account for.
+    let slo = model(&toml.replace("mode = \"tailguard\"", "mode = \"slo\""), Overrides::default());
+    assert_eq!(slo.placement_budget(0, 0, &[0]), None);
+    // The engine runs with per-placement budgets (memoised per instance set).
+    let (rec, _) = engine::run(&m);
+    assert!(rec.tasks_dequeued > 0);
+}
