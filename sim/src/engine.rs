@@ -339,6 +339,9 @@ pub fn lone_path_applies(m: &Model) -> bool {
         && m.in_flight_cap.is_none()
 }
 
+/// Most instance sets whose budget the engine remembers ([`Model::placement_budget`]).
+const PLACEMENT_MEMO: usize = 1 << 16;
+
 /// A request of the lone-request path: its own (only) task.
 #[derive(Clone, Copy)]
 struct Lone {
@@ -802,17 +805,22 @@ impl<'m> Engine<'m> {
             };
             chosen.extend_from_slice(picker.pick(&mut r.rng, k as usize));
         }
-        let budget = if single || m.instance_cdfs.is_empty() {
+        let heterogeneous = m.instance_cdfs.get(st.service).is_some_and(|c| !c.is_empty());
+        let budget = if single || !heterogeneous {
             m.budgets.get(class, stage, k)
         } else {
-            // Eq. 1 over the instances this query picked; the same set recurs
-            // (every instance at k = 1, all of them at k = N), so memoise it.
+            // Eq. 1 over the instances this query picked. The same sets recur
+            // (every instance at k = 1, all of them at k = N), so memoise them;
+            // random k of many instances rarely repeat, hence the bound.
             let mut key = chosen.clone();
             key.sort_unstable();
             match self.placement_budgets.get(&(class, st.service, key.clone())) {
                 Some(&b) => b,
                 None => {
                     let b = m.placement_budget(class, st.service, &key).or(m.budgets.get(class, stage, k));
+                    if self.placement_budgets.len() >= PLACEMENT_MEMO {
+                        self.placement_budgets.clear();
+                    }
                     self.placement_budgets.insert((class, st.service, key), b);
                     b
                 }
