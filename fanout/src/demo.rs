@@ -88,8 +88,8 @@ pub struct ClassConfig {
     #[serde(default)]
     pub fanouts: Option<FanoutMix>,
     /// This class's own placement, `placement = [{ first = 0, count = 8, weight = 12 }]`:
-    /// each listed server's weight for this class's queries (the others weigh
-    /// 1) instead of the `[[group]]` weights. TailGuard's testbed sent 80% of
+    /// each listed server's weight for this class's queries, the others' being
+    /// one, instead of the `[[group]]` weights. TailGuard's testbed sent 80% of
     /// class A to one cluster: weight 12 on 8 of 32 servers is 96 of 120.
     #[serde(default)]
     pub placement: Vec<ServerGroup>,
