@@ -672,24 +672,23 @@ impl Scenario {
                 Some(&i) => Some(self.services[i].instances),
             };
             fanout_problems(&format!("stage {:?}: fanout", st.name), &st.fanout, &st.service, instances, &mut p);
-            for (class, f) in &st.fanout_by_class {
-                let what = format!("stage {:?}: fanout_by_class.{class}", st.name);
-                if !self.classes.iter().any(|c| &c.name == class) {
-                    p.push(format!(
+            // A per-class table's key must name a declared class.
+            let unknown_class = |what: &str, class: &str| {
+                (!self.classes.iter().any(|c| c.name == class)).then(|| {
+                    format!(
                         "{what}: no [[class]] is named {class:?}; declared classes: {}",
                         self.classes.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
-                    ));
-                }
+                    )
+                })
+            };
+            for (class, f) in &st.fanout_by_class {
+                let what = format!("stage {:?}: fanout_by_class.{class}", st.name);
+                p.extend(unknown_class(&what, class));
                 fanout_problems(&what, f, &st.service, instances, &mut p);
             }
             for (class, weights) in &st.weights_by_class {
                 let what = format!("stage {:?}: weights_by_class.{class}", st.name);
-                if !self.classes.iter().any(|c| &c.name == class) {
-                    p.push(format!(
-                        "{what}: no [[class]] is named {class:?}; declared classes: {}",
-                        self.classes.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
-                    ));
-                }
+                p.extend(unknown_class(&what, class));
                 for g in weights {
                     let fits = instances.is_none_or(|n| g.first + g.count <= n);
                     if g.count == 0 || !fits || !(g.weight.is_finite() && g.weight > 0.0) || g.scale != 1.0 {
