@@ -367,11 +367,7 @@ impl DemoConfig {
         }
         for c in &self.classes {
             for g in &c.placement {
-                if g.count == 0
-                    || g.first + g.count > self.servers
-                    || !(g.weight.is_finite() && g.weight > 0.0)
-                    || g.scale != 1.0
-                {
+                if !g.is_placement_within(Some(self.servers)) {
                     p.push(format!(
                         "[[class]] {:?}: placement entry {{ first = {}, count = {}, weight = {} }}: needs count ≥ 1 within \
                          the {} servers and weight > 0 (and no `scale`: speeds belong to [[group]])",

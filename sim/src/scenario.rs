@@ -191,6 +191,20 @@ pub struct InstanceGroupSpec {
     pub weight: f64,
 }
 
+impl InstanceGroupSpec {
+    /// Valid as a placement entry (a stage's `weights_by_class`, the fan-out
+    /// demo's `[[class]] placement`): at least one instance, within `instances`
+    /// when known, a positive weight, and no `scale` (speeds belong to the
+    /// service's `groups`).
+    pub fn is_placement_within(&self, instances: Option<usize>) -> bool {
+        self.count > 0
+            && instances.is_none_or(|n| self.first + self.count <= n)
+            && self.weight.is_finite()
+            && self.weight > 0.0
+            && self.scale == 1.0
+    }
+}
+
 /// A machine whose CPUs are shared by the services placed on it; one policy
 /// instance schedules all of their tasks (a node-wide scheduler, or Linux's).
 #[derive(Clone, Debug, Deserialize)]
@@ -690,8 +704,7 @@ impl Scenario {
                 let what = format!("stage {:?}: weights_by_class.{class}", st.name);
                 p.extend(unknown_class(&what, class));
                 for g in weights {
-                    let fits = instances.is_none_or(|n| g.first + g.count <= n);
-                    if g.count == 0 || !fits || !(g.weight.is_finite() && g.weight > 0.0) || g.scale != 1.0 {
+                    if !g.is_placement_within(instances) {
                         p.push(format!(
                             "{what}: entry {{ first = {}, count = {}, weight = {} }}: needs count ≥ 1 within the \
                              service's {} instances and weight > 0 (and no `scale`: speeds belong to the service's `groups`)",
