@@ -301,9 +301,9 @@ pub struct Handler {
     /// Sequential-request budget plans, per (class, fan-outs, split); replaced
     /// (never cleared) at each refresh, so a request always finds the latest.
     plans: Mutex<Plans>,
-    /// x_p^u of the server sets queries picked, per class, on the CDFs of
+    /// x_p^u of the server sets queries picked, keyed [class, sorted servers...], on the CDFs of
     /// `plans.cdfs` (cleared when those are replaced; bounded).
-    placement_tails: Mutex<HashMap<(u8, Vec<u16>), Nanos>>,
+    placement_tails: Mutex<HashMap<Vec<u16>, Nanos>>,
     /// Per-task overhead: post-dequeue time − the service time the server
     /// reports (loopback HTTP both ways, tokio scheduling, timer lateness).
     /// What the simulator has to add to the service time to see what the
@@ -641,13 +641,14 @@ impl Handler {
     /// The same sets recur (each server at k = 1, all of them at k = N), so
     /// results are kept until the CDFs change.
     pub fn unloaded_tail_of(&self, class: u8, servers: &[usize]) -> Nanos {
-        let mut key: Vec<u16> = servers.iter().map(|&s| s as u16).collect();
-        key.sort_unstable();
-        if let Some(&x) = self.placement_tails.lock().expect("placement tails poisoned").get(&(class, key.clone())) {
+        // Key: [class, the servers sorted].
+        let mut key: Vec<u16> = std::iter::once(u16::from(class)).chain(servers.iter().map(|&s| s as u16)).collect();
+        key[1..].sort_unstable();
+        if let Some(&x) = self.placement_tails.lock().expect("placement tails poisoned").get(key.as_slice()) {
             return x;
         }
         let cdfs = self.plans.lock().expect("plans poisoned").cdfs.clone();
-        let chosen: Vec<&SharedCdf> = key.iter().map(|&s| &cdfs[s as usize]).collect();
+        let chosen: Vec<&SharedCdf> = key[1..].iter().map(|&s| &cdfs[s as usize]).collect();
         let x = tailor_core::tailguard::unloaded_quantile(&chosen, self.cfg.classes[class as usize].p);
         let mut memo = self.placement_tails.lock().expect("placement tails poisoned");
         // Only if the CDFs are still the ones used: a refresh in between cleared the memo.
@@ -655,7 +656,7 @@ impl Handler {
             if memo.len() >= Self::PLACEMENT_MEMO {
                 memo.clear();
             }
-            memo.insert((class, key), x);
+            memo.insert(key, x);
         }
         x
     }

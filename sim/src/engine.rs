@@ -387,8 +387,8 @@ struct Engine<'m> {
     pickers: Vec<DistinctPicker>,
     /// Per stage and class, a class's own placement (`weights_by_class`), if it has one.
     class_pickers: Vec<Vec<Option<DistinctPicker>>>,
-    /// Budgets of the placements seen so far: (class, service, sorted instances).
-    placement_budgets: std::collections::HashMap<(u8, usize, Vec<u32>), Option<Nanos>>,
+    /// Budgets of the placements seen so far, keyed [class, service, sorted instances...].
+    placement_budgets: std::collections::HashMap<Vec<u32>, Option<Nanos>>,
 }
 
 impl<'m> Engine<'m> {
@@ -812,16 +812,19 @@ impl<'m> Engine<'m> {
             // Eq. 1 over the instances this query picked. The same sets recur
             // (every instance at k = 1, all of them at k = N), so memoise them;
             // random k of many instances rarely repeat, hence the bound.
-            let mut key = chosen.clone();
-            key.sort_unstable();
-            match self.placement_budgets.get(&(class, st.service, key.clone())) {
+            // Key: [class, service, the instances sorted].
+            let mut key = Vec::with_capacity(chosen.len() + 2);
+            key.extend([class as u32, st.service as u32]);
+            key.extend_from_slice(&chosen);
+            key[2..].sort_unstable();
+            match self.placement_budgets.get(key.as_slice()) {
                 Some(&b) => b,
                 None => {
-                    let b = m.placement_budget(class, st.service, &key).or(m.budgets.get(class, stage, k));
+                    let b = m.placement_budget(class, st.service, &key[2..]).or(m.budgets.get(class, stage, k));
                     if self.placement_budgets.len() >= PLACEMENT_MEMO {
                         self.placement_budgets.clear();
                     }
-                    self.placement_budgets.insert((class, st.service, key), b);
+                    self.placement_budgets.insert(key, b);
                     b
                 }
             }
