@@ -40,10 +40,14 @@ pub enum Mode {
     /// `orf` with the kernel backend's earlier parking (`park = "idle"`: a waiting job is
     /// parked at SCHED_IDLE, not blocked). Not in the default set: for side-by-side runs.
     OrfParkIdle,
+    /// ORF kernel-enforced by key ordering (`tailor agent --enforce priority`): each job
+    /// takes a SCHED_FIFO level from its GAT and the kernel runs the `cores` oldest.
+    OrfPrio,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 6] = [Mode::Linux, Mode::Fifo, Mode::Rr, Mode::OrfCoop, Mode::Orf, Mode::OrfParkIdle];
+    pub const ALL: [Mode; 7] =
+        [Mode::Linux, Mode::Fifo, Mode::Rr, Mode::OrfCoop, Mode::Orf, Mode::OrfParkIdle, Mode::OrfPrio];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -53,12 +57,13 @@ impl Mode {
             Mode::OrfCoop => "orf-coop",
             Mode::Orf => "orf",
             Mode::OrfParkIdle => "orf-park-idle",
+            Mode::OrfPrio => "orf-prio",
         }
     }
 
     /// Needs the kernel backend (CAP_SYS_NICE and the agent).
     pub fn kernel_enforced(self) -> bool {
-        matches!(self, Mode::Rr | Mode::Orf | Mode::OrfParkIdle)
+        matches!(self, Mode::Rr | Mode::Orf | Mode::OrfParkIdle | Mode::OrfPrio)
     }
 
     pub fn parse(s: &str) -> Result<Mode, String> {
@@ -95,6 +100,8 @@ pub struct DemoConfig {
     pub orf_c: usize,
     /// Time slice of the kernel-enforced modes (µs).
     pub slice_us: f64,
+    /// `orf-prio`: the GAT span of one SCHED_FIFO level (µs).
+    pub bucket_us: f64,
     /// Replay arrival times from this CSV (`arrival_ms` column), rescaled to each load.
     pub trace: Option<PathBuf>,
     /// Requests without a response after this long count as timeouts.
@@ -123,7 +130,7 @@ impl DemoConfig {
             Mode::Linux => BackendSpec::None,
             Mode::Fifo => BackendSpec::Cooperative { policy: PolicySpec::Fifo, c: self.cores },
             Mode::OrfCoop => BackendSpec::Cooperative { policy: PolicySpec::Gfifo, c: self.orf_c },
-            Mode::Rr | Mode::Orf => BackendSpec::kernel(table),
+            Mode::Rr | Mode::Orf | Mode::OrfPrio => BackendSpec::kernel(table),
             Mode::OrfParkIdle => {
                 let mut spec = BackendSpec::kernel(table);
                 if let BackendSpec::Kernel { park, .. } = &mut spec {
@@ -147,6 +154,9 @@ impl DemoConfig {
             Mode::Orf | Mode::OrfParkIdle => {
                 ModeModel { host_policy: PolicySpec::Orf { c: self.orf_c, slice_us: self.slice_us }, admit: None }
             }
+            // The kernel preempts a younger job the moment an older one wakes: orf with the
+            // paper's 30 µs slice is the nearest the simulator's orf comes to that.
+            Mode::OrfPrio => ModeModel { host_policy: PolicySpec::Orf { c: self.orf_c, slice_us: 30.0 }, admit: None },
         }
     }
 }
@@ -285,6 +295,10 @@ fn start_agent(cfg: &DemoConfig, mode: Mode, table: &Path, log: &Path) -> Result
             "--cpus",
             &cfg.cores.to_string(),
         ])
+        .args(match mode {
+            Mode::OrfPrio => vec!["--enforce".to_string(), "priority".into(), "--bucket-us".into(), cfg.bucket_us.to_string()],
+            _ => vec![],
+        })
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(stderr)

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use tailor_runtime::kernel::{self, AgentConfig};
+use tailor_runtime::kernel::{self, AgentConfig, Enforce};
 
 #[derive(Args)]
 pub struct AgentArgs {
@@ -27,6 +27,16 @@ pub struct AgentArgs {
     /// Table slots: concurrent jobs on the node, all services together.
     #[arg(long, default_value_t = kernel::table::DEFAULT_SLOTS)]
     slots: u32,
+    /// How the policy's order reaches the kernel: `band` (the agent runs the policy and
+    /// moves jobs into a SCHED_FIFO band and out of it) or `priority` (each job takes a
+    /// SCHED_FIFO level from its GAT or deadline and the kernel orders them: orf with
+    /// --c = CPUs, gfifo, edf; docs/runtime.md, "Key ordering").
+    #[arg(long, default_value = "band", value_parser = ["band", "priority"])]
+    enforce: String,
+    /// `--enforce priority`: the key span of one priority level, µs. Keys more than 40
+    /// levels older than the newest share the top level.
+    #[arg(long, default_value_t = 1000.0)]
+    bucket_us: f64,
     /// Print the agent's counters once a second.
     #[arg(long)]
     verbose: bool,
@@ -45,17 +55,28 @@ pub fn main(args: AgentArgs) -> Result<(), String> {
         cpus: args.cpus.unwrap_or_else(tailor_runtime::available_cpus),
         slots: args.slots,
         verbose: args.verbose,
+        enforce: match args.enforce.as_str() {
+            "priority" => Enforce::Priority { bucket_ns: (args.bucket_us * 1e3).round().max(0.0) as u64 },
+            _ => Enforce::Band,
+        },
     };
     let (rt_runtime, rt_period) = kernel::preflight().map_err(|e| e.to_string())?;
+    let enforcement = match cfg.enforce {
+        Enforce::Band => format!("band SCHED_FIFO/{}", kernel::BAND_PRIORITY),
+        Enforce::Priority { bucket_ns } => format!(
+            "key ordering: jobs at SCHED_FIFO 1..={}, one level per {} µs",
+            kernel::table::TOP_LEVEL,
+            bucket_ns as f64 / 1e3
+        ),
+    };
     eprintln!(
-        "tailor agent: pid {}, table {}, policy {:?} on {} CPUs, {} slots; band SCHED_FIFO/{}, agent SCHED_FIFO/{}; \
+        "tailor agent: pid {}, table {}, policy {:?} on {} CPUs, {} slots; {enforcement}, agent SCHED_FIFO/{}; \
          RT throttling {rt_runtime}/{rt_period} µs. Stop with Ctrl-C or SIGTERM: every thread is restored.",
         std::process::id(),
         cfg.table.display(),
         cfg.policy,
         cfg.cpus,
         cfg.slots,
-        kernel::BAND_PRIORITY,
         kernel::AGENT_PRIORITY
     );
     let _idle = if args.idle_states == "off" {

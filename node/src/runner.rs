@@ -135,6 +135,7 @@ impl GatScheduler {
             cpus: g.cpus.unwrap_or_else(tailor_runtime::available_cpus),
             slots: 1024,
             verbose: false,
+            enforce: tailor_runtime::kernel::Enforce::Band,
         };
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();

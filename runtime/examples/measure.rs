@@ -15,7 +15,7 @@ use http::HeaderMap;
 use tailor_core::wire::WireStats;
 use tailor_core::{Context, PolicySpec};
 use tailor_runtime::http::ContextConfig;
-use tailor_runtime::kernel::{self, run_agent, sys, AgentConfig, AgentReport};
+use tailor_runtime::kernel::{self, run_agent, sys, AgentConfig, AgentReport, Enforce};
 use tailor_runtime::{cpu, BackendSpec, Scheduler, SchedulerOptions};
 
 const REQUESTS: u64 = 20_000;
@@ -40,7 +40,7 @@ struct Agent {
 impl Agent {
     fn start(name: &str, policy: PolicySpec, cpus: usize) -> Agent {
         let path = PathBuf::from(format!("/dev/shm/tailor-measure-{}-{name}", std::process::id()));
-        let cfg = AgentConfig { table: path.clone(), policy, cpus, slots: 256, verbose: false };
+        let cfg = AgentConfig { table: path.clone(), policy, cpus, slots: 256, verbose: false, enforce: Enforce::Band };
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || run_agent(&cfg, &flag).expect("agent"));

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tailor_core::{Context, PolicySpec};
 use tailor_runtime::kernel::sys::{self, ThreadPolicy};
-use tailor_runtime::kernel::{run_agent, table, AgentConfig, AgentReport, BAND_PRIORITY};
+use tailor_runtime::kernel::{run_agent, table, AgentConfig, AgentReport, Enforce, BAND_PRIORITY};
 use tailor_runtime::{cpu, BackendSpec, Scheduler, SchedulerOptions};
 
 /// Kernel tests change global scheduling state of this process's threads: one at a time.
@@ -46,7 +46,7 @@ impl Drop for TableFile {
 }
 
 fn agent_config(table: &Path, policy: PolicySpec) -> AgentConfig {
-    AgentConfig { table: table.to_path_buf(), policy, cpus: 1, slots: 64, verbose: false }
+    AgentConfig { table: table.to_path_buf(), policy, cpus: 1, slots: 64, verbose: false, enforce: Enforce::Band }
 }
 
 /// An in-process agent on its own thread; stopped (and its threads restored) on drop.
@@ -598,4 +598,152 @@ fn a_full_node_with_short_blocking_calls_finishes_every_job() {
     assert_eq!(stats.completed, (threads * jobs) as u64, "{stats:?}");
     assert_eq!((stats.errors, stats.fallbacks, report.errors), (0, 0, 0), "{stats:?} {report:?}");
     assert!(report.handoffs > 0, "a full node hands CPUs on: {report:?}");
+}
+
+// ---- Key ordering (`tailor agent --enforce priority`): jobs take SCHED_FIFO levels from
+// their GAT and the kernel orders them; the agent only shifts the levels' base.
+
+fn key_agent_config(table: &Path, bucket_ns: u64) -> AgentConfig {
+    AgentConfig { enforce: Enforce::Priority { bucket_ns }, ..agent_config(table, PolicySpec::Orf { c: 1, slice_us: 500.0 }) }
+}
+
+#[test]
+fn key_ordering_runs_the_older_request_first_with_no_agent_in_the_way() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    require_kernel!();
+    let _off_cpu0 = off_cpu0_or_skip!();
+    let path = table_path("key-order");
+    let _file = TableFile(path.clone());
+    // GAT 1000 and 2000 with 500 ns per level: levels 38 and 36 below a base of 0.
+    let agent = InProcessAgent::start(key_agent_config(&path, 500));
+    let sched = scheduler(BackendSpec::kernel(&path));
+    assert!(sched.describe().contains("by GAT"), "{}", sched.describe());
+    let order = older_arrives_later(&sched, 60, 120);
+    let stats = sched.stats();
+    let report = agent.stop();
+    assert_eq!(order, ["old", "young"], "key ordering: the older request runs first; {report:?}");
+    // The kernel did the preemption: the agent never wrote a priority.
+    assert_eq!((report.shifts, report.rewrites, report.errors), (0, 0, 0), "{report:?}");
+    assert_eq!((stats.admitted, stats.completed, stats.fallbacks, stats.errors), (2, 2, 0, 0), "{stats:?}");
+}
+
+#[test]
+fn key_ordering_shifts_keep_live_jobs_in_order_at_their_levels() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    require_kernel!();
+    let path = table_path("key-shift");
+    let _file = TableFile(path.clone());
+    let bucket = 1_000u64;
+    let agent = InProcessAgent::start(key_agent_config(&path, bucket));
+    let sched = scheduler(BackendSpec::kernel(&path));
+    let table = table::Table::open(&path).unwrap();
+    // Five jobs that stay blocked (a downstream call that does not return yet), keys 0, 5,
+    // 10, 15 and 19 levels apart. The base starts at 0, so the first one lands on level 1
+    // and rings; the agent moves the base to it and rewrites it to the top.
+    let first_gat = 1_000_000u64;
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Arc::new(Mutex::new(release_rx));
+    let mut waiting = Vec::new();
+    for steps in [0u64, 5, 10, 15, 19] {
+        let (sched, release_rx) = (sched.clone(), release_rx.clone());
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let gat = first_gat + steps * bucket;
+        let thread = std::thread::spawn(move || {
+            let before = sys::get_policy(0).unwrap();
+            sched.run(&Context::stamped(gat), |permit| {
+                tid_tx.send(sys::gettid()).unwrap();
+                permit.blocked(|| release_rx.lock().unwrap().recv().unwrap());
+            });
+            assert_eq!(sys::get_policy(0).unwrap(), before, "GAT {gat}: policy restored after the job");
+        });
+        waiting.push((gat, tid_rx.recv_timeout(Duration::from_secs(10)).unwrap(), thread));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let h = table.header();
+    let levels_now = || -> Vec<i32> { waiting.iter().map(|(_, tid, _)| sys::get_policy(*tid).unwrap().priority).collect() };
+    assert_eq!(h.base.load(Ordering::SeqCst), first_gat, "the first shift puts the oldest live key at the top");
+    let top = table::TOP_LEVEL;
+    assert_eq!(levels_now(), [top, top - 5, top - 10, top - 15, top - 19], "one level per bucket below the oldest");
+
+    // Short jobs with ever younger keys, from 20 to 44 levels after the first: the one
+    // that lands on the shift level rings, and the agent moves the base so the newest has
+    // room again. The blocked jobs more than the room older than it share the top level.
+    let mut gat = first_gat + 20 * bucket;
+    while gat <= first_gat + 44 * bucket {
+        sched.run(&Context::stamped(gat), |_| {});
+        gat += bucket / 2;
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    // Let the agent finish any shift in flight (one heartbeat is plenty).
+    std::thread::sleep(Duration::from_millis(50));
+    let base = h.base.load(Ordering::SeqCst);
+    assert!(base >= first_gat + 16 * bucket, "the base moved forward: {base}");
+    let levels = levels_now();
+    let expected: Vec<i32> = waiting.iter().map(|(g, _, _)| table::level(*g, base, bucket)).collect();
+    assert_eq!(levels, expected, "every live job at its key's level under the current base {base}");
+    assert!(levels.windows(2).all(|w| w[0] >= w[1]), "older jobs never below younger ones: {levels:?}");
+    let newest_level = table::level(gat, base, bucket);
+    assert!(newest_level > table::SHIFT_LEVEL, "shifts made room for new keys: level {newest_level}");
+    assert!(levels[4] >= newest_level, "the blocked jobs stay above every younger key: {levels:?} vs {newest_level}");
+    for _ in &waiting {
+        release_tx.send(()).unwrap();
+    }
+    for (_, _, thread) in waiting {
+        thread.join().unwrap();
+    }
+    let stats = sched.stats();
+    let report = agent.stop();
+    eprintln!("key shifts: levels {levels:?} base {base}; {stats:?}\n  agent {report:?}");
+    assert!(report.shifts >= 2 && report.rewrites >= 2, "the agent shifted and rewrote live jobs: {report:?}");
+    assert_eq!((stats.errors, report.errors, stats.completed), (0, 0, 5 + 49), "{stats:?} {report:?}");
+}
+
+#[test]
+fn key_ordering_under_constant_shifts_leaves_no_priority_behind() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    require_kernel!();
+    let path = table_path("key-tight");
+    let _file = TableFile(path.clone());
+    // One ns per level and keys one apart: the base shifts every ~16 jobs, so the agent's
+    // rewrites race the threads' own level writes and restores all the time.
+    let agent = InProcessAgent::start(key_agent_config(&path, 1));
+    let sched = scheduler(BackendSpec::kernel(&path));
+    let (leftovers, seen) = leftovers_after_tight_loop(&sched, 6_000, 1_000);
+    assert_eq!(leftovers, 0, "one thread: jobs left a priority behind: {seen:?}");
+    let starts = [
+        ThreadPolicy { policy: libc::SCHED_OTHER, priority: 0 },
+        ThreadPolicy { policy: libc::SCHED_BATCH, priority: 0 },
+        ThreadPolicy::fifo(tailor_runtime::kernel::IO_PRIORITY),
+    ];
+    let next = Arc::new(AtomicUsize::new(10_000));
+    let threads: Vec<_> = starts
+        .into_iter()
+        .map(|start| {
+            let (sched, next) = (sched.clone(), next.clone());
+            std::thread::spawn(move || {
+                let _policy = PolicyGuard::set(start);
+                let before = sys::get_policy(0).unwrap();
+                let mut leftovers = 0;
+                for _ in 0..2_000 {
+                    let gat = next.fetch_add(1, Ordering::Relaxed) as u64;
+                    sched.run(&Context::stamped(gat), |permit| permit.blocked(|| std::hint::black_box(gat)));
+                    if sys::get_policy(0).unwrap() != before {
+                        leftovers += 1;
+                        let _ = sys::set_policy(0, before);
+                    }
+                }
+                (start, leftovers)
+            })
+        })
+        .collect();
+    for t in threads {
+        let (start, leftovers) = t.join().unwrap();
+        assert_eq!(leftovers, 0, "thread starting at {}: jobs left a priority behind", start.describe());
+    }
+    let stats = sched.stats();
+    let report = agent.stop();
+    eprintln!("key tight loop: {stats:?}\n  agent {report:?}");
+    assert_eq!((stats.errors, report.errors), (0, 0), "{stats:?} {report:?}");
+    assert_eq!(stats.completed, 6_000 + 3 * 2_000, "{stats:?}");
+    assert!(report.shifts > 10, "the keys kept running out of levels: {report:?}");
 }

@@ -17,6 +17,7 @@ use std::time::Duration;
 use tailor_core::policy::{Job, JobId};
 use tailor_core::{Nanos, PolicySpec};
 
+use super::by_key::KeyAgent;
 use super::sys::{self, ThreadPolicy};
 use super::table::{self, Table};
 use super::{AGENT_PRIORITY, BAND_PRIORITY};
@@ -45,6 +46,38 @@ pub struct AgentConfig {
     pub slots: u32,
     /// Print one line per second with the agent's counters.
     pub verbose: bool,
+    /// How the policy's order reaches the kernel.
+    pub enforce: Enforce,
+}
+
+/// How the agent's policy reaches the kernel (`tailor agent --enforce`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Enforce {
+    /// The agent runs the policy; the jobs it runs are the SCHED_FIFO band, the others wait.
+    Band,
+    /// Key ordering (see `table`): each job's thread takes a SCHED_FIFO level from its
+    /// key, one level per `bucket_ns`, and the kernel orders them. For orf with `c` =
+    /// CPUs, gfifo (key: GAT) and edf (key: deadline).
+    Priority { bucket_ns: u64 },
+}
+
+impl Enforce {
+    /// The slot field that orders `policy` under key ordering, or why it cannot.
+    pub fn key_of(policy: &PolicySpec, cpus: usize) -> Result<u32, String> {
+        match policy {
+            PolicySpec::Orf { c, .. } if *c == cpus => Ok(table::KEY_GAT),
+            PolicySpec::Orf { c, .. } => Err(format!(
+                "orf with c = {c} on {cpus} CPUs: under --enforce priority the kernel runs the {cpus} oldest jobs \
+                 (c = CPUs). Fix: --c {cpus}, or --enforce band for processor sharing among more jobs than CPUs"
+            )),
+            PolicySpec::Gfifo => Ok(table::KEY_GAT),
+            PolicySpec::Edf => Ok(table::KEY_DEADLINE),
+            other => Err(format!(
+                "{other:?} does not order jobs by one static key; --enforce priority supports orf (c = CPUs), \
+                 gfifo and edf. Fix: --enforce band"
+            )),
+        }
+    }
 }
 
 /// What the agent did, returned when it stops.
@@ -73,6 +106,9 @@ pub struct AgentReport {
     pub wall_ns: u64,
     /// Threads restored to their original policy at exit.
     pub restored: u64,
+    /// Key ordering: moves of the base, and the level rewrites they cost.
+    pub shifts: u64,
+    pub rewrites: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -128,6 +164,15 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, Ru
         return Err(RuntimeError::Config("agent: `cpus` must be at least 1".into()));
     }
     let policy = cfg.policy.build_any(cfg.cpus, 0).map_err(|e| RuntimeError::Config(format!("agent policy: {e}")))?;
+    let key = match cfg.enforce {
+        Enforce::Band => None,
+        Enforce::Priority { bucket_ns: 0 } => {
+            return Err(RuntimeError::Config("agent: --bucket-us must be more than 0".into()))
+        }
+        Enforce::Priority { bucket_ns } => {
+            Some((Enforce::key_of(&cfg.policy, cfg.cpus).map_err(RuntimeError::Config)?, bucket_ns))
+        }
+    };
     // Refuse to take over a table another live agent serves.
     if let Ok(existing) = Table::open(&cfg.table) {
         let h = existing.header();
@@ -147,8 +192,17 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, Ru
         ))
     })?;
     let result = Table::create(&cfg.table, cfg.slots).map(|table| {
-        let mut agent = Agent::new(&table, Driver::new(policy));
         let h = table.header();
+        if let Some((key, bucket_ns)) = key {
+            let mut agent = KeyAgent::new(&table, key, bucket_ns);
+            h.agent_pid.store(std::process::id(), Ordering::Relaxed);
+            h.agent_state.store(table::AGENT_RUNNING, Ordering::Release);
+            agent.run(stop, cfg.verbose);
+            h.agent_state.store(table::AGENT_STOPPED, Ordering::Release);
+            agent.restore_all();
+            return agent.report;
+        }
+        let mut agent = Agent::new(&table, Driver::new(policy));
         h.agent_pid.store(std::process::id(), Ordering::Relaxed);
         h.fast_limit.store(fast_limit(&cfg.policy, cfg.cpus), Ordering::SeqCst);
         h.agent_state.store(table::AGENT_RUNNING, Ordering::Release);

@@ -18,11 +18,17 @@
 //! sleeps, so it can ring when it wakes; it then re-enters the band itself if the node has
 //! room, or waits asleep until the agent admits it or a leaving job hands it a CPU.
 //!
-//! Priorities (SCHED_FIFO, all low: kernel threads such as migration/N and threaded
-//! IRQs at 50 stay above us): band [`BAND_PRIORITY`] < I/O threads [`IO_PRIORITY`] <
-//! watchdogs [`WATCHDOG_PRIORITY`] < agent [`AGENT_PRIORITY`].
+//! Under key ordering (`tailor agent --enforce priority`, see `table`) none of the band's
+//! machinery runs: a job's thread takes a SCHED_FIFO level from its key (GAT or deadline)
+//! when it starts, keeps it while it blocks, and restores its own policy when it ends; the
+//! kernel runs the highest levels.
+//!
+//! Priorities (SCHED_FIFO, all below kernel threads such as migration/N and threaded
+//! IRQs at 50): band [`BAND_PRIORITY`], or key levels 1..=[`table::TOP_LEVEL`] < I/O
+//! threads [`IO_PRIORITY`] < watchdogs [`WATCHDOG_PRIORITY`] < agent [`AGENT_PRIORITY`].
 
 pub mod agent;
+mod by_key;
 pub mod sys;
 pub mod table;
 
@@ -33,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use tailor_core::Context;
 
-pub use agent::{preflight, run_agent, stop_on_signals, AgentConfig, AgentReport};
+pub use agent::{preflight, run_agent, stop_on_signals, AgentConfig, AgentReport, Enforce};
 use sys::ThreadPolicy;
 use table::Table;
 
@@ -48,11 +54,11 @@ pub const BAND_PRIORITY: i32 = 10;
 /// SCHED_FIFO priority of I/O threads ([`crate::Scheduler::io_thread_started`]): above
 /// the band, so a newly arrived (possibly older) request is accepted and parsed while
 /// the band is saturated.
-pub const IO_PRIORITY: i32 = 11;
+pub const IO_PRIORITY: i32 = table::TOP_LEVEL + 1;
 /// SCHED_FIFO priority of each process's watchdog: it must run while the band is saturated.
-pub const WATCHDOG_PRIORITY: i32 = 12;
+pub const WATCHDOG_PRIORITY: i32 = IO_PRIORITY + 1;
 /// SCHED_FIFO priority of the agent: above everything it schedules.
-pub const AGENT_PRIORITY: i32 = 13;
+pub const AGENT_PRIORITY: i32 = WATCHDOG_PRIORITY + 1;
 
 /// A job registered in the table (or, after a fallback, nothing to undo but its slot).
 pub(crate) struct Registration {
@@ -77,6 +83,8 @@ pub(crate) struct KernelBackend {
     watchdog: Duration,
     /// `park = "idle"`: no admission wait (see `register`).
     park_idle: bool,
+    /// The agent orders jobs by key (`table::ORDER_BY_KEY`): jobs take their own levels.
+    by_key: bool,
     next_slot: AtomicUsize,
     description: String,
 }
@@ -125,9 +133,20 @@ impl KernelBackend {
         }
         let c = if *fallback_c == 0 { available_cpus() } else { *fallback_c };
         let fallback = Cooperative::new(fallback_policy, c)?;
+        let by_key = h.ordering.load(Ordering::Acquire) == table::ORDER_BY_KEY;
+        let ordering = if by_key {
+            let key = if h.key.load(Ordering::Acquire) == table::KEY_DEADLINE { "deadline" } else { "GAT" };
+            format!(
+                "jobs at SCHED_FIFO 1..={} by {key}, one level per {} µs",
+                table::TOP_LEVEL,
+                h.bucket_ns.load(Ordering::Acquire) as f64 / 1e3
+            )
+        } else {
+            format!("band SCHED_FIFO/{BAND_PRIORITY}, waiting jobs asleep or SCHED_IDLE")
+        };
         let description = format!(
-            "backend kernel (agent pid {pid}, table {}, {} slots; band SCHED_FIFO/{BAND_PRIORITY}, waiting jobs \
-             SCHED_IDLE; watchdog {watchdog_ms} ms, then cooperative {fallback_policy:?} c={c})",
+            "backend kernel (agent pid {pid}, table {}, {} slots; {ordering}; watchdog {watchdog_ms} ms, then \
+             cooperative {fallback_policy:?} c={c})",
             table.display(),
             t.slots()
         );
@@ -139,6 +158,7 @@ impl KernelBackend {
             io_threads: Mutex::new(HashMap::new()),
             spawned: Mutex::new(HashMap::new()),
             park_idle: *park == crate::config::Park::Idle,
+            by_key,
             watchdog: Duration::from_millis(*watchdog_ms),
             next_slot: AtomicUsize::new(0),
             description,
@@ -160,7 +180,11 @@ impl KernelBackend {
     /// Registers a job of the calling thread.
     pub fn enter(&self, ctx: &Context, counters: &Counters) -> PermitJob {
         if !self.fell_back() {
-            if let Some(reg) = self.register(ctx, counters) {
+            if self.by_key {
+                if let Some(reg) = self.register_by_key(ctx, counters) {
+                    return PermitJob::Kernel(reg);
+                }
+            } else if let Some(reg) = self.register(ctx, counters) {
                 let waited = self.wait_for_admission(&reg);
                 Counters::add(&counters.waited_ns, waited);
                 return PermitJob::Kernel(reg);
@@ -171,7 +195,41 @@ impl KernelBackend {
         PermitJob::Cooperative(id)
     }
 
-    fn register(&self, ctx: &Context, counters: &Counters) -> Option<Registration> {
+    /// Key ordering: claim a slot, publish RUNNABLE, take the level of our key. No wait:
+    /// the kernel runs us when we are among the highest levels.
+    fn register_by_key(&self, ctx: &Context, counters: &Counters) -> Option<Registration> {
+        let (reg, slot) = self.claim(ctx, counters)?;
+        let s = self.table.slot(slot);
+        s.admitted.store(table::SELF_ADMITTED, Ordering::Relaxed);
+        // RUNNABLE before we read the base: an agent shift that stores a new base after our
+        // read finds us in its scan and rewrites our level (see `table`, "key ordering").
+        s.word.store(table::pack(reg.generation, table::RUNNABLE), Ordering::SeqCst);
+        let h = self.table.header();
+        let key = if h.key.load(Ordering::Relaxed) == table::KEY_DEADLINE { ctx.deadline } else { ctx.gat };
+        let bucket = h.bucket_ns.load(Ordering::Relaxed);
+        loop {
+            let base = h.base.load(Ordering::SeqCst);
+            let level = table::level(key, base, bucket);
+            if let Err(e) = sys::set_policy(0, ThreadPolicy::fifo(level)) {
+                Counters::add(&counters.errors, 1);
+                eprintln!("tailor-runtime: cannot take SCHED_FIFO/{level}: {e}; the job runs at its thread's policy");
+                break;
+            }
+            if h.base.load(Ordering::SeqCst) == base {
+                if level <= table::SHIFT_LEVEL {
+                    // Out of levels: new keys would all share the bottom one until the agent shifts.
+                    h.newest.fetch_max(key, Ordering::SeqCst);
+                    self.table.ring();
+                }
+                break;
+            }
+        }
+        Some(reg)
+    }
+
+    /// Claims a free slot for a job of the calling thread and writes its context; the slot
+    /// is CLAIMED (the agent ignores it) until the caller publishes RUNNABLE.
+    fn claim(&self, ctx: &Context, counters: &Counters) -> Option<(Registration, usize)> {
         let tid = sys::gettid();
         // Safe to read as "the policy before this job": the write fence (see `table`) means
         // no agent write for an earlier job of this thread can still be in flight.
@@ -204,6 +262,12 @@ impl KernelBackend {
         s.orig_priority.store(orig.priority, Ordering::Relaxed);
         s.successor.store(0, Ordering::Relaxed);
         lock(&self.job_threads).insert(tid, orig);
+        Some((Registration { slot, generation, tid, orig }, slot))
+    }
+
+    fn register(&self, ctx: &Context, counters: &Counters) -> Option<Registration> {
+        let (reg, slot) = self.claim(ctx, counters)?;
+        let (generation, s) = (reg.generation, self.table.slot(slot));
         // The fast path (see `table`): the node has room, so the policy runs us; we enter the
         // band ourselves while CLAIMED, the only time before the job's end that we may. After
         // RUNNABLE the agent is the one writer of this thread's policy.
@@ -224,7 +288,7 @@ impl KernelBackend {
         } else {
             self.table.changed(slot);
         }
-        Some(Registration { slot, generation, tid, orig })
+        Some(reg)
     }
 
     /// Sleeps until the agent admits the new job (see `table`, "the admission wait"), a
@@ -293,6 +357,10 @@ impl KernelBackend {
     }
 
     pub fn block(&self, reg: &Registration) {
+        if self.by_key {
+            // Keep the level: when the call returns, the kernel runs us by it.
+            return;
+        }
         // Above the band while blocked: when the call returns we must get a CPU to
         // ring the agent even if the band is saturated (the agent then moves us).
         // BLOCKED first and wait out any agent write in flight, so the agent cannot
@@ -304,6 +372,9 @@ impl KernelBackend {
 
     /// The job's blocking call returned; returns the ns it then waited to run again.
     pub fn wake(&self, reg: &Registration) -> u64 {
+        if self.by_key {
+            return 0;
+        }
         // As a new job: with room on the node, back into the band by ourselves (while
         // BLOCKED, when the agent never writes us); else ring and wait to be admitted
         // (or handed a CPU). On a full node no policy here runs a waking job at once
@@ -337,7 +408,12 @@ impl KernelBackend {
     pub fn leave(&self, reg: &Registration, counters: &Counters) {
         // FREE, then wait out any agent write in flight for this job: after that the
         // agent never writes this thread for this job, so our restore is the last word.
-        let waited = self.leave_band(reg, table::FREE);
+        let waited = if self.by_key {
+            self.table.leave_runnable(reg.slot, reg.generation, table::FREE);
+            None
+        } else {
+            self.leave_band(reg, table::FREE)
+        };
         match sys::set_policy(0, reg.orig) {
             Ok(()) => Counters::add(&counters.priority_changes, 1),
             Err(e) => {

@@ -49,6 +49,19 @@
 //!   one agent pass (an older job arrived since); the agent then parks the successor at
 //!   its next pass, as it would any job the policy stops running. If the claim fails
 //!   (no successor, already admitted, claimed by another) the leaving job rings as before.
+//!
+//! **Key ordering** ([`ORDER_BY_KEY`], `tailor agent --enforce priority`) replaces all of
+//! the above for policies that order jobs by one static key (orf and gfifo: the GAT; edf:
+//! the deadline). A job's thread sets its own SCHED_FIFO priority from its key
+//! ([`level`]: older key, higher level, one level per `bucket_ns`, counted down from
+//! [`Header::base`]), and the kernel's RT scheduler, which always runs the highest-priority
+//! runnable threads on the CPUs, does the ordering and the preemption: no ring, no agent
+//! wake-up, no hand-off, no cross-CPU priority write per job. The agent only moves `base`
+//! forward when new keys run out of levels (a job whose key lands on a level at or below
+//! [`SHIFT_LEVEL`] rings), rewriting the live threads' levels under the write fence; the
+//! shift raises every level, so no two live jobs swap order. A thread sets its level after
+//! it publishes RUNNABLE, then re-reads `base` and sets it again if the agent shifted
+//! meanwhile: the agent's rewrite and the thread's own write compute the same value.
 
 use std::fs::OpenOptions;
 use std::io;
@@ -57,7 +70,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TAILORSC");
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// Default number of slots: concurrent jobs on the node, all processes together.
 pub const DEFAULT_SLOTS: u32 = 1024;
 
@@ -73,6 +86,27 @@ pub const WAITING: u32 = 0;
 pub const ADMITTED: u32 = 1;
 pub const SELF_ADMITTED: u32 = 2;
 pub const HANDED: u32 = 3;
+
+/// `Header::ordering`: the agent runs a policy and moves jobs in and out of the band, or
+/// jobs order themselves by key (see "key ordering" above).
+pub const ORDER_BY_BAND: u32 = 0;
+pub const ORDER_BY_KEY: u32 = 1;
+/// `Header::key`: which slot field is the key under [`ORDER_BY_KEY`].
+pub const KEY_GAT: u32 = 0;
+pub const KEY_DEADLINE: u32 = 1;
+/// The highest level a key maps to (the oldest jobs). Levels run 1..=TOP, all below the
+/// I/O threads ([`super::IO_PRIORITY`]) and far below the kernel's threaded IRQs (50).
+pub const TOP_LEVEL: i32 = 40;
+/// A job whose key maps at or below this level rings the agent to shift `base`.
+pub const SHIFT_LEVEL: i32 = 4;
+
+/// The SCHED_FIFO level of a job with `key` when `base` maps to [`TOP_LEVEL`]: one level
+/// lower per whole `bucket_ns` after `base`, clamped to 1..=TOP (keys before `base` are
+/// all "oldest").
+pub fn level(key: u64, base: u64, bucket_ns: u64) -> i32 {
+    let steps = key.saturating_sub(base) / bucket_ns.max(1);
+    (TOP_LEVEL as u64).saturating_sub(steps).max(1) as i32
+}
 
 /// Agent states.
 pub const AGENT_STARTING: u32 = 0;
@@ -99,6 +133,17 @@ pub struct Header {
     pub fast_limit: AtomicU32,
     /// Hand-offs so far (incremented by the job that hands its CPU on).
     pub handoffs: AtomicU64,
+    /// [`ORDER_BY_BAND`] or [`ORDER_BY_KEY`]; set by the agent before it is running.
+    pub ordering: AtomicU32,
+    /// [`KEY_GAT`] or [`KEY_DEADLINE`] (key ordering only).
+    pub key: AtomicU32,
+    /// Key span of one level, ns (key ordering only).
+    pub bucket_ns: AtomicU64,
+    /// The key that maps to [`TOP_LEVEL`]; only the agent moves it, only forward.
+    pub base: AtomicU64,
+    /// The largest key that found itself at or below [`SHIFT_LEVEL`] (a job stores it with
+    /// `fetch_max` before it rings): the agent shifts by it even if that job has ended.
+    pub newest: AtomicU64,
 }
 
 #[repr(C, align(64))]

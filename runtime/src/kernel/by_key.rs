@@ -1,0 +1,273 @@
+//! The agent under key ordering (`tailor agent --enforce priority`; see `table`, "key
+//! ordering"): jobs set their own SCHED_FIFO level from their key and the kernel orders
+//! them, so the agent has three jobs left: move `base` forward when new keys run out of
+//! levels, free the slots of threads that died, and restore every live thread at exit.
+//!
+//! Why this exists: under the band, almost every arrival or wake-up on a full node costs an
+//! agent wake-up and a remote `sched_setscheduler` (an IPI and a context switch, 13–22 µs
+//! each on this project's VMs: docs/demo.md, "Why the kernel path costs what it does
+//! here"). Under key ordering a job's only scheduling syscalls are its own two (take its
+//! level, restore), on its own CPU, and the preemption of a younger job by an older one is
+//! the kernel's ordinary RT wake-up path.
+//!
+//! What it can express: the policies whose order is one static key per job, with every CPU
+//! busy whenever jobs wait: orf with `c` = CPUs and gfifo (the GAT; orf's LPS among more
+//! jobs than CPUs needs the band), edf (the deadline). Keys in one `bucket_ns` share a
+//! level and run in FIFO order among themselves; keys older than the window (`TOP_LEVEL`
+//! buckets) all share the top level.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tailor_core::Nanos;
+
+use super::agent::{AgentReport, HEARTBEAT};
+use super::sys::{self, ThreadPolicy};
+use super::table::{self, Table};
+use crate::cpu::{monotonic_ns, thread_cpu_ns};
+
+/// After a shift the newest live key sits at least this many levels above the bottom, so
+/// keys may advance `(ROOM_LEVEL - SHIFT_LEVEL)` buckets before the next shift.
+const ROOM_LEVEL: i32 = table::TOP_LEVEL / 2;
+/// How often registered threads are checked for death.
+const REAP_EVERY: Nanos = 100_000_000;
+
+/// A live job as the agent reads it from its slot.
+#[derive(Clone, Copy)]
+struct Live {
+    slot: usize,
+    generation: u64,
+    pid: i32,
+    tid: i32,
+    key: u64,
+}
+
+pub(super) struct KeyAgent<'t> {
+    table: &'t Table,
+    key: u32,
+    bucket_ns: u64,
+    pub(super) report: AgentReport,
+    logged_errors: u32,
+}
+
+impl<'t> KeyAgent<'t> {
+    pub(super) fn new(table: &'t Table, key: u32, bucket_ns: u64) -> Self {
+        let h = table.header();
+        h.ordering.store(table::ORDER_BY_KEY, Ordering::SeqCst);
+        h.key.store(key, Ordering::SeqCst);
+        h.bucket_ns.store(bucket_ns, Ordering::SeqCst);
+        h.base.store(0, Ordering::SeqCst);
+        KeyAgent { table, key, bucket_ns, report: AgentReport::default(), logged_errors: 0 }
+    }
+
+    fn error(&mut self, msg: String) {
+        self.report.errors += 1;
+        if self.logged_errors < 20 {
+            self.logged_errors += 1;
+            eprintln!("tailor agent: {msg}");
+        }
+    }
+
+    /// The jobs now registered (RUNNABLE slots).
+    fn live(&self) -> Vec<Live> {
+        let mut live = Vec::new();
+        for i in 0..self.table.slots() {
+            let s = self.table.slot(i);
+            let (generation, state) = table::unpack(s.word.load(Ordering::SeqCst));
+            if state != table::RUNNABLE {
+                continue;
+            }
+            let key = if self.key == table::KEY_DEADLINE { &s.deadline } else { &s.gat };
+            live.push(Live {
+                slot: i,
+                generation,
+                pid: s.pid.load(Ordering::Relaxed) as i32,
+                tid: s.tid.load(Ordering::Relaxed) as i32,
+                key: key.load(Ordering::Relaxed),
+            });
+        }
+        live
+    }
+
+    pub(super) fn run(&mut self, stop: &AtomicBool, verbose: bool) {
+        let h = self.table.header();
+        let (start_wall, start_cpu) = (monotonic_ns(), thread_cpu_ns());
+        let mut next_reap = start_wall + REAP_EVERY;
+        let mut next_log = start_wall + 1_000_000_000;
+        while !stop.load(Ordering::Relaxed) {
+            h.heartbeat.fetch_add(1, Ordering::Release);
+            let bell = h.doorbell.load(Ordering::SeqCst);
+            let live = self.live();
+            let base = h.base.load(Ordering::SeqCst);
+            // A job that rang may have ended before this scan: its key still says how far
+            // keys have come.
+            let rung = Some(h.newest.load(Ordering::SeqCst)).filter(|&k| k > 0);
+            if let Some(newest) = live.iter().map(|j| j.key).max().max(rung) {
+                if table::level(newest, base, self.bucket_ns) <= table::SHIFT_LEVEL {
+                    let oldest = live.iter().map(|j| j.key).min().unwrap_or(newest);
+                    self.shift(&live, base, shifted_base(base, oldest, newest, self.bucket_ns));
+                }
+            }
+            let now = monotonic_ns();
+            if now >= next_reap {
+                self.reap(&live);
+                next_reap = now + REAP_EVERY;
+            }
+            if verbose && now >= next_log {
+                next_log = now + 1_000_000_000;
+                eprintln!("tailor agent: {:?} live={} base={}", self.report, live.len(), h.base.load(Ordering::Relaxed));
+            }
+            h.agent_sleeping.store(1, Ordering::SeqCst);
+            if h.doorbell.load(Ordering::SeqCst) == bell {
+                sys::futex_wait(&h.doorbell, bell, HEARTBEAT);
+            }
+            h.agent_sleeping.store(0, Ordering::SeqCst);
+            self.report.wakeups += 1;
+            if h.doorbell.load(Ordering::Relaxed) != bell {
+                self.report.rung += 1;
+            }
+        }
+        self.report.wall_ns = monotonic_ns() - start_wall;
+        self.report.cpu_ns = thread_cpu_ns() - start_cpu;
+    }
+
+    /// Moves `base` forward to `new_base` and rewrites the level of every live job it
+    /// changes. Every level rises (or stays), so no two live jobs swap order, and jobs that
+    /// start meanwhile read the new base (they published RUNNABLE before reading it; the
+    /// base is stored before this scan), so each job ends at its level under `new_base`.
+    fn shift(&mut self, live: &[Live], base: u64, new_base: u64) {
+        self.table.header().base.store(new_base, Ordering::SeqCst);
+        self.report.shifts += 1;
+        for j in live {
+            let level = table::level(j.key, new_base, self.bucket_ns);
+            if level == table::level(j.key, base, self.bucket_ns) {
+                continue;
+            }
+            match self.write(j, ThreadPolicy::fifo(level)) {
+                Ok(true) => self.report.rewrites += 1,
+                Ok(false) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => self.free_dead(j),
+                Err(e) => self.error(format!("pid {} tid {}: cannot set SCHED_FIFO/{level}: {e}", j.pid, j.tid)),
+            }
+        }
+    }
+
+    /// Sets job `j`'s thread to `p` under the write fence (see `table`): only if the slot
+    /// still holds that job, RUNNABLE. `Ok(false)`: it left meanwhile, nothing written.
+    fn write(&self, j: &Live, p: ThreadPolicy) -> std::io::Result<bool> {
+        let slot = self.table.slot(j.slot);
+        slot.agent_busy.store(j.generation, Ordering::SeqCst);
+        let result = if slot.word.load(Ordering::SeqCst) == table::pack(j.generation, table::RUNNABLE) {
+            sys::set_policy(j.tid, p).map(|()| true)
+        } else {
+            Ok(false)
+        };
+        slot.agent_busy.store(0, Ordering::SeqCst);
+        result
+    }
+
+    fn reap(&mut self, live: &[Live]) {
+        for j in live {
+            if !sys::thread_alive(j.pid, j.tid) {
+                self.free_dead(j);
+            }
+        }
+    }
+
+    fn free_dead(&mut self, j: &Live) {
+        let word = &self.table.slot(j.slot).word;
+        if word
+            .compare_exchange(
+                table::pack(j.generation, table::RUNNABLE),
+                table::pack(j.generation, table::FREE),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
+            self.report.reaped += 1;
+        }
+    }
+
+    /// At exit: every thread still in a job back to its pre-job policy, under the write
+    /// fence, so a thread finishing right now keeps its own restore.
+    pub(super) fn restore_all(&mut self) {
+        for j in self.live() {
+            let s = self.table.slot(j.slot);
+            let orig = ThreadPolicy {
+                policy: s.orig_policy.load(Ordering::Relaxed),
+                priority: s.orig_priority.load(Ordering::Relaxed),
+            };
+            if let Ok(true) = self.write(&j, orig) {
+                self.report.restored += 1;
+            }
+        }
+    }
+}
+
+/// Where `base` goes when the newest live key has run out of levels: the oldest live key
+/// at the top if the window holds every live key with [`ROOM_LEVEL`] levels to spare below
+/// the newest, else as far forward as that room needs (the oldest keys then share the
+/// top level). Always forward: a triggered shift moves it at least
+/// `ROOM_LEVEL - SHIFT_LEVEL` buckets.
+pub(super) fn shifted_base(base: u64, oldest: u64, newest: u64, bucket_ns: u64) -> u64 {
+    let span = (table::TOP_LEVEL - ROOM_LEVEL) as u64 * bucket_ns;
+    base.max(oldest.max(newest.saturating_sub(span)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_policies_with_one_static_key_run_under_key_ordering() {
+        use super::super::agent::Enforce;
+        use tailor_core::PolicySpec;
+        assert_eq!(Enforce::key_of(&PolicySpec::Orf { c: 2, slice_us: 500.0 }, 2), Ok(table::KEY_GAT));
+        assert_eq!(Enforce::key_of(&PolicySpec::Gfifo, 2), Ok(table::KEY_GAT));
+        assert_eq!(Enforce::key_of(&PolicySpec::Edf, 2), Ok(table::KEY_DEADLINE));
+        let e = Enforce::key_of(&PolicySpec::Orf { c: 6, slice_us: 500.0 }, 2).unwrap_err();
+        assert!(e.contains("--c 2") && e.contains("--enforce band"), "{e}");
+        let e = Enforce::key_of(&PolicySpec::Rr { slice_us: 500.0 }, 2).unwrap_err();
+        assert!(e.contains("--enforce band"), "{e}");
+    }
+
+    #[test]
+    fn levels_fall_one_per_bucket_from_the_top_and_clamp() {
+        let q = 1_000;
+        assert_eq!(table::level(5_000, 5_000, q), table::TOP_LEVEL);
+        assert_eq!(table::level(4_000, 5_000, q), table::TOP_LEVEL, "older than base: top");
+        assert_eq!(table::level(5_999, 5_000, q), table::TOP_LEVEL, "same bucket");
+        assert_eq!(table::level(6_000, 5_000, q), table::TOP_LEVEL - 1);
+        assert_eq!(table::level(5_000 + 39 * q, 5_000, q), 1);
+        assert_eq!(table::level(u64::MAX, 5_000, q), 1, "clamped at the bottom");
+    }
+
+    #[test]
+    fn a_shift_gives_the_newest_key_room_and_never_reorders() {
+        let q = 1_000_000;
+        // Newest key at the shift level: it moves up to at least ROOM_LEVEL.
+        let base = 0;
+        let newest = (table::TOP_LEVEL - table::SHIFT_LEVEL) as u64 * q;
+        assert_eq!(table::level(newest, base, q), table::SHIFT_LEVEL);
+        let oldest = 3 * q;
+        let b = shifted_base(base, oldest, newest, q);
+        assert_eq!(b, newest - (table::TOP_LEVEL - ROOM_LEVEL) as u64 * q, "room wins over the oldest");
+        assert_eq!(table::level(newest, b, q), ROOM_LEVEL);
+        // All live keys close together: the oldest goes to the top.
+        let b = shifted_base(0, newest - 2 * q, newest, q);
+        assert_eq!((table::level(newest - 2 * q, b, q), table::level(newest, b, q)), (table::TOP_LEVEL, table::TOP_LEVEL - 2));
+        // Property: for any keys, a shift keeps every pair's order (older never lower).
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..10_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let (k1, k2, old_base) = (rng % (100 * q), (rng >> 20) % (100 * q), (rng >> 40) % (50 * q));
+            let (lo, hi) = (k1.min(k2), k1.max(k2));
+            let new_base = shifted_base(old_base, lo, hi, q);
+            assert!(new_base >= old_base);
+            assert!(table::level(lo, new_base, q) >= table::level(hi, new_base, q));
+            assert!(table::level(lo, new_base, q) >= table::level(lo, old_base, q), "levels only rise");
+        }
+    }
+}
