@@ -35,19 +35,22 @@ pub enum Mode {
     Rr,
     /// ORF cooperatively: each tier admits at most `orf_c` jobs, oldest GAT first.
     OrfCoop,
-    /// ORF kernel-enforced: one node-wide `tailor agent` for all tiers.
+    /// ORF kernel-enforced by key ordering: one node-wide `tailor agent --enforce
+    /// priority` for all tiers; each job takes a SCHED_FIFO level from its GAT and the
+    /// kernel runs the `orf_c` (= cores) oldest.
     Orf,
-    /// `orf` with the kernel backend's earlier parking (`park = "idle"`: a waiting job is
+    /// ORF kernel-enforced through the agent's band (`--enforce band`: the agent runs the
+    /// policy and moves jobs in and out of a SCHED_FIFO band). Not in the default set: the
+    /// design before key ordering, for side-by-side runs.
+    OrfBand,
+    /// `orf-band` with the band's earlier parking (`park = "idle"`: a waiting job is
     /// parked at SCHED_IDLE, not blocked). Not in the default set: for side-by-side runs.
     OrfParkIdle,
-    /// ORF kernel-enforced by key ordering (`tailor agent --enforce priority`): each job
-    /// takes a SCHED_FIFO level from its GAT and the kernel runs the `cores` oldest.
-    OrfPrio,
 }
 
 impl Mode {
     pub const ALL: [Mode; 7] =
-        [Mode::Linux, Mode::Fifo, Mode::Rr, Mode::OrfCoop, Mode::Orf, Mode::OrfParkIdle, Mode::OrfPrio];
+        [Mode::Linux, Mode::Fifo, Mode::Rr, Mode::OrfCoop, Mode::Orf, Mode::OrfBand, Mode::OrfParkIdle];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -57,13 +60,13 @@ impl Mode {
             Mode::OrfCoop => "orf-coop",
             Mode::Orf => "orf",
             Mode::OrfParkIdle => "orf-park-idle",
-            Mode::OrfPrio => "orf-prio",
+            Mode::OrfBand => "orf-band",
         }
     }
 
     /// Needs the kernel backend (CAP_SYS_NICE and the agent).
     pub fn kernel_enforced(self) -> bool {
-        matches!(self, Mode::Rr | Mode::Orf | Mode::OrfParkIdle | Mode::OrfPrio)
+        matches!(self, Mode::Rr | Mode::Orf | Mode::OrfBand | Mode::OrfParkIdle)
     }
 
     pub fn parse(s: &str) -> Result<Mode, String> {
@@ -100,7 +103,7 @@ pub struct DemoConfig {
     pub orf_c: usize,
     /// Time slice of the kernel-enforced modes (µs).
     pub slice_us: f64,
-    /// `orf-prio`: the GAT span of one SCHED_FIFO level (µs).
+    /// `orf` (key ordering): the GAT span of one SCHED_FIFO level (µs).
     pub bucket_us: f64,
     /// Replay arrival times from this CSV (`arrival_ms` column), rescaled to each load.
     pub trace: Option<PathBuf>,
@@ -130,7 +133,7 @@ impl DemoConfig {
             Mode::Linux => BackendSpec::None,
             Mode::Fifo => BackendSpec::Cooperative { policy: PolicySpec::Fifo, c: self.cores },
             Mode::OrfCoop => BackendSpec::Cooperative { policy: PolicySpec::Gfifo, c: self.orf_c },
-            Mode::Rr | Mode::Orf | Mode::OrfPrio => BackendSpec::kernel(table),
+            Mode::Rr | Mode::Orf | Mode::OrfBand => BackendSpec::kernel(table),
             Mode::OrfParkIdle => {
                 let mut spec = BackendSpec::kernel(table);
                 if let BackendSpec::Kernel { park, .. } = &mut spec {
@@ -151,12 +154,12 @@ impl DemoConfig {
             Mode::Fifo => ModeModel { host_policy: linux, admit: Some(("fifo", self.cores)) },
             Mode::OrfCoop => ModeModel { host_policy: linux, admit: Some(("gfifo", self.orf_c)) },
             Mode::Rr => ModeModel { host_policy: PolicySpec::Rr { slice_us: self.slice_us }, admit: None },
-            Mode::Orf | Mode::OrfParkIdle => {
+            Mode::OrfBand | Mode::OrfParkIdle => {
                 ModeModel { host_policy: PolicySpec::Orf { c: self.orf_c, slice_us: self.slice_us }, admit: None }
             }
             // The kernel preempts a younger job the moment an older one wakes: orf with the
             // paper's 30 µs slice is the nearest the simulator's orf comes to that.
-            Mode::OrfPrio => ModeModel { host_policy: PolicySpec::Orf { c: self.orf_c, slice_us: 30.0 }, admit: None },
+            Mode::Orf => ModeModel { host_policy: PolicySpec::Orf { c: self.orf_c, slice_us: 30.0 }, admit: None },
         }
     }
 }
@@ -224,6 +227,8 @@ pub struct DemoReport {
     pub seed: u64,
     pub orf_c: usize,
     pub slice_us: f64,
+    /// `orf` (key ordering): the GAT span of one SCHED_FIFO level, µs.
+    pub bucket_us: f64,
     /// `keep` or `off` (idle CPUs polled, /dev/cpu_dma_latency held at 0) for every run.
     pub idle_states: String,
     /// The generator alone against a null server: offered rate, completions/s, p99 send lag.
@@ -296,7 +301,7 @@ fn start_agent(cfg: &DemoConfig, mode: Mode, table: &Path, log: &Path) -> Result
             &cfg.cores.to_string(),
         ])
         .args(match mode {
-            Mode::OrfPrio => vec!["--enforce".to_string(), "priority".into(), "--bucket-us".into(), cfg.bucket_us.to_string()],
+            Mode::Orf => vec!["--enforce".to_string(), "priority".into(), "--bucket-us".into(), cfg.bucket_us.to_string()],
             _ => vec![],
         })
         .stdin(Stdio::piped())
@@ -455,6 +460,7 @@ pub fn run(cfg: &DemoConfig, mut say: impl FnMut(&str)) -> Result<DemoReport, De
         seed: cfg.seed,
         orf_c: cfg.orf_c,
         slice_us: cfg.slice_us,
+        bucket_us: cfg.bucket_us,
         idle_states: if cfg.idle_states_off { "off" } else { "keep" }.into(),
         generator_offered_rps: gen_offered,
         generator_max_rps: gen_max,
@@ -760,6 +766,11 @@ fn report_markdown(cfg: &DemoConfig, report: &DemoReport) -> String {
         "Load generator alone: {:.0} req/s completed of {:.0} offered (p99 send lag {:.0} µs). The chain with zero demand, unloaded: p50 {:.0} µs, {:.0} µs of CPU per request (the simulator adds it as a CPU stage on the shared host), {:.0} µs per hop beyond it (the simulator's network delay). `bg CPUs`: CPUs' worth used by other processes during the run (a quiet machine has ~0). CPU idle states: {}.\n",
         report.generator_max_rps, report.generator_offered_rps, report.generator_p99_lag_us, report.calibration.p50_us, report.calibration.overhead_us, report.calibration.hop_us,
         if report.idle_states == "off" { "off (/dev/cpu_dma_latency held at 0: idle CPUs poll)" } else { "the machine's" }
+    );
+    let _ = writeln!(
+        s,
+        "ORF: c = {}. `orf` is kernel-enforced by key ordering (each job at a SCHED_FIFO level from its GAT, {} µs of GAT per level); `orf-band` and `rr` through the agent's band, slice {} µs; `orf-coop` cooperatively (docs/runtime.md).\n",
+        report.orf_c, report.bucket_us, report.slice_us
     );
     let _ = writeln!(s, "```\n{}```\n", results_table(report));
     for sk in &report.skipped {

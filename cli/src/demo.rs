@@ -32,9 +32,9 @@ pub struct DemoArgs {
     /// Utilizations ρ = λ·E[total demand]/cores, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "0.5,0.7,0.85")]
     loads: Vec<f64>,
-    /// Modes, comma-separated: linux, fifo, rr, orf-coop, orf (and for side-by-side runs:
-    /// orf-park-idle, orf with the kernel backend's earlier SCHED_IDLE parking; orf-prio, orf
-    /// by key ordering, each job at a SCHED_FIFO level from its GAT).
+    /// Modes, comma-separated: linux, fifo, rr, orf-coop, orf (kernel-enforced by key
+    /// ordering: each job at a SCHED_FIFO level from its GAT); for side-by-side runs also
+    /// orf-band (the agent's SCHED_FIFO band) and orf-park-idle (the band with SCHED_IDLE parking).
     #[arg(long, value_delimiter = ',', default_value = "linux,fifo,rr,orf-coop,orf")]
     modes: Vec<String>,
     /// Measured requests per run (after the warm-up).
@@ -56,9 +56,10 @@ pub struct DemoArgs {
     /// Time slice of the kernel-enforced modes, µs.
     #[arg(long, default_value_t = 500.0)]
     slice_us: f64,
-    /// orf-prio: the GAT span of one SCHED_FIFO level, µs (40 levels).
-    #[arg(long, default_value_t = 1000.0)]
-    bucket_us: f64,
+    /// orf: the GAT span of one SCHED_FIFO level, µs (40 levels). Default: twice the mean
+    /// demand per tier (2 ms at the default --mean-ms 1; docs/demo.md, "Key ordering").
+    #[arg(long)]
+    bucket_us: Option<f64>,
     /// Replay arrival times from a CSV with an `arrival_ms` column (rescaled to each load).
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -136,7 +137,7 @@ pub fn main(args: DemoArgs) -> Result<(), String> {
         out: args.out,
         orf_c: args.orf_c.unwrap_or(cores),
         slice_us: args.slice_us,
-        bucket_us: args.bucket_us,
+        bucket_us: args.bucket_us.unwrap_or(2_000.0 * args.mean_ms),
         trace: args.trace,
         timeout: Duration::from_secs_f64(args.timeout_s),
         idle_states_off: args.idle_states == "off",

@@ -123,6 +123,39 @@ pub struct GatDomainConfig {
     /// CPUs the policy schedules (default: every CPU this agent may use).
     #[serde(default)]
     pub cpus: Option<usize>,
+    /// How the policy reaches the kernel: `band` (default; the agent moves jobs in and out
+    /// of a SCHED_FIFO band) or `priority` (key ordering: each job takes a SCHED_FIFO level
+    /// from its GAT or deadline; orf with c = CPUs, gfifo, edf). docs/runtime.md.
+    #[serde(default)]
+    pub enforce: GatEnforce,
+    /// `enforce = "priority"`: µs of key per SCHED_FIFO level.
+    #[serde(default = "default_bucket_us")]
+    pub bucket_us: f64,
+}
+
+/// `[gat_domain] enforce`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GatEnforce {
+    #[default]
+    Band,
+    Priority,
+}
+
+impl GatDomainConfig {
+    /// The runtime agent's enforcement this section asks for.
+    pub fn enforce(&self) -> tailor_runtime::kernel::Enforce {
+        match self.enforce {
+            GatEnforce::Band => tailor_runtime::kernel::Enforce::Band,
+            GatEnforce::Priority => {
+                tailor_runtime::kernel::Enforce::Priority { bucket_ns: (self.bucket_us * 1e3).round() as u64 }
+            }
+        }
+    }
+}
+
+fn default_bucket_us() -> f64 {
+    1000.0
 }
 
 fn default_gat_table() -> PathBuf {
@@ -245,6 +278,15 @@ impl NodeConfig {
             if g.cpus == Some(0) {
                 errors.push("gat_domain.cpus = 0: give at least 1 (or omit it for every CPU)".into());
             }
+            if g.enforce == GatEnforce::Priority {
+                let cpus = g.cpus.unwrap_or_else(tailor_runtime::available_cpus);
+                if let Err(e) = tailor_runtime::kernel::Enforce::key_of(&g.policy, cpus) {
+                    errors.push(format!("gat_domain.enforce = \"priority\": {e}"));
+                }
+                if !(g.bucket_us >= 0.001 && g.bucket_us.is_finite()) {
+                    errors.push(format!("gat_domain.bucket_us = {}: give a positive number of µs, e.g. 1000", g.bucket_us));
+                }
+            }
         }
         errors
     }
@@ -332,6 +374,23 @@ mod tests {
         let text = "[[tier]]\nname = \"a b\"\nkind = \"normal\"\ncpus = \"x\"\ncpu_weight = 0\n";
         let err = NodeConfig::parse(text, "n.toml").unwrap_err().to_string();
         assert!(err.contains("name") && err.contains("cpus") && err.contains("cpu_weight"), "{err}");
+    }
+
+    #[test]
+    fn gat_domain_key_ordering_needs_a_policy_with_one_key() {
+        let base = "[[tier]]\nname = \"c\"\nkind = \"critical\"\n\n[gat_domain]\ntier = \"c\"\ncpus = 2\nenforce = \"priority\"\n";
+        let err = NodeConfig::parse(base, "n.toml").unwrap_err().to_string();
+        assert!(err.contains("gat_domain.enforce") && err.contains("--c 2"), "default orf c = 6 on 2 CPUs: {err}");
+        let ok = format!("{base}policy = {{ kind = \"orf\", c = 2 }}\nbucket_us = 2000\n");
+        let c = NodeConfig::parse(&ok, "n.toml").unwrap();
+        let g = c.gat_domain.unwrap();
+        assert_eq!(g.enforce(), tailor_runtime::kernel::Enforce::Priority { bucket_ns: 2_000_000 });
+        let err = NodeConfig::parse(&format!("{base}policy = {{ kind = \"edf\" }}\nbucket_us = 0\n"), "n.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("gat_domain.bucket_us = 0"), "{err}");
+        let err = NodeConfig::parse(&base.replace("priority", "prio"), "n.toml").unwrap_err().to_string();
+        assert!(err.contains("prio") && err.contains("band") && err.contains("priority"), "{err}");
     }
 
     #[test]

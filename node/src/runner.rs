@@ -135,7 +135,7 @@ impl GatScheduler {
             cpus: g.cpus.unwrap_or_else(tailor_runtime::available_cpus),
             slots: 1024,
             verbose: false,
-            enforce: tailor_runtime::kernel::Enforce::Band,
+            enforce: g.enforce(),
         };
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
@@ -143,11 +143,12 @@ impl GatScheduler {
             .name("tailor-gat-sched".into())
             .spawn(move || {
                 eprintln!(
-                    "tailor-node: [gat_domain] tier {:?}: node-wide scheduler on {} ({} CPUs, policy {:?})",
+                    "tailor-node: [gat_domain] tier {:?}: node-wide scheduler on {} ({} CPUs, policy {:?}, {:?})",
                     g.tier,
                     cfg.table.display(),
                     cfg.cpus,
-                    cfg.policy
+                    cfg.policy,
+                    cfg.enforce
                 );
                 match tailor_runtime::kernel::run_agent(&cfg, &flag) {
                     Ok(r) => eprintln!(

@@ -39,8 +39,12 @@ struct Agent {
 
 impl Agent {
     fn start(name: &str, policy: PolicySpec, cpus: usize) -> Agent {
+        Agent::start_enforcing(name, policy, cpus, Enforce::Band)
+    }
+
+    fn start_enforcing(name: &str, policy: PolicySpec, cpus: usize, enforce: Enforce) -> Agent {
         let path = PathBuf::from(format!("/dev/shm/tailor-measure-{}-{name}", std::process::id()));
-        let cfg = AgentConfig { table: path.clone(), policy, cpus, slots: 256, verbose: false, enforce: Enforce::Band };
+        let cfg = AgentConfig { table: path.clone(), policy, cpus, slots: 256, verbose: false, enforce };
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || run_agent(&cfg, &flag).expect("agent"));
@@ -183,20 +187,18 @@ fn process_cpu_ns() -> u64 {
 
 /// A saturated node, the case the fast path does not cover: `threads` domain threads
 /// (above the band between jobs, as pool threads are), each running `jobs` jobs of
-/// 200 µs CPU with one 100 µs downstream call in the middle, GATs in start order, on
-/// every CPU. Returns jobs per second and the CPU per job beyond its 200 µs of work, µs
+/// 200 µs CPU with one 100 µs downstream call in the middle, GAT = the clock at the job's
+/// start (as an edge stamps it), on every CPU. Returns jobs per second and the CPU per job beyond its 200 µs of work, µs
 /// (the whole process, an in-process agent included).
 fn saturated_node(sched: &Scheduler, threads: usize, jobs: usize) -> (f64, f64) {
-    let next_gat = Arc::new(std::sync::atomic::AtomicU64::new(1));
     let (t0, cpu0) = (Instant::now(), process_cpu_ns());
     let handles: Vec<_> = (0..threads)
         .map(|_| {
-            let (sched, next_gat) = (sched.clone(), next_gat.clone());
+            let sched = sched.clone();
             std::thread::spawn(move || {
                 sched.io_thread_started().unwrap();
                 for _ in 0..jobs {
-                    let gat = next_gat.fetch_add(1, Ordering::Relaxed);
-                    sched.run(&Context::stamped(gat), |p| {
+                    sched.run(&Context::stamped(cpu::monotonic_ns()), |p| {
                         cpu::burn_cpu(100_000);
                         p.blocked(|| std::thread::sleep(Duration::from_micros(100)));
                         cpu::burn_cpu(100_000);
@@ -254,6 +256,29 @@ fn main() {
         );
     }
     {
+        // Key ordering: the job thread takes its level itself; the agent only shifts.
+        let enforce = Enforce::Priority { bucket_ns: 2_000_000 };
+        let agent = Agent::start_enforcing("key-overhead", PolicySpec::Orf { c: 2, slice_us: 500.0 }, 2, enforce);
+        let k = quiet(BackendSpec::kernel(&agent.path));
+        let before = sys::get_policy(0).unwrap();
+        println!(
+            "kernel, key ordering: {:>7.0} ns/request, {:>7.0} with one blocked()  (orf c=2, 2 ms per level; job thread's own cost)",
+            per_request_ns(&k),
+            per_request_with_block_ns(&k)
+        );
+        let after = sys::get_policy(0).unwrap();
+        let r = agent.stop();
+        println!(
+            "  thread policy before {} after {} (stats().errors: {}); agent for those {} jobs: {:.0} ns CPU per job, {} shifts",
+            before.describe(),
+            after.describe(),
+            k.stats().errors,
+            2 * REQUESTS + 1_000,
+            r.cpu_ns as f64 / (2 * REQUESTS + 1_000) as f64,
+            r.shifts
+        );
+    }
+    {
         let (threads, jobs) = (6, 1_000);
         let (rate, extra) = saturated_node(&none, threads, jobs);
         println!(
@@ -266,6 +291,15 @@ fn main() {
         println!(
             "  kernel orf c=2: {rate:.0} jobs/s, {extra:.1} µs CPU per job beyond the work (agent {:.1} µs per job)\n  agent {r:?}",
             r.cpu_ns as f64 / 1e3 / r.arrivals.max(1) as f64
+        );
+        let enforce = Enforce::Priority { bucket_ns: 200_000 };
+        let agent = Agent::start_enforcing("saturated-key", PolicySpec::Orf { c: 2, slice_us: 500.0 }, 2, enforce);
+        let k = quiet(BackendSpec::kernel(&agent.path));
+        let (rate, extra) = saturated_node(&k, threads, jobs);
+        let r = agent.stop();
+        println!(
+            "  kernel orf c=2, key ordering (200 µs per level): {rate:.0} jobs/s, {extra:.1} µs CPU per job beyond the work (agent {:.1} µs per job)\n  agent {r:?}",
+            r.cpu_ns as f64 / 1e3 / (threads * jobs) as f64
         );
     }
     println!(
