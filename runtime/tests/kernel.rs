@@ -747,3 +747,50 @@ fn key_ordering_under_constant_shifts_leaves_no_priority_behind() {
     assert_eq!(stats.completed, 6_000 + 3 * 2_000, "{stats:?}");
     assert!(report.shifts > 10, "the keys kept running out of levels: {report:?}");
 }
+
+#[test]
+fn key_ordering_by_deadline_keeps_jobs_without_one_at_the_bottom() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    require_kernel!();
+    let path = table_path("key-edf");
+    let _file = TableFile(path.clone());
+    let bucket = 1_000u64;
+    let agent = InProcessAgent::start(AgentConfig {
+        enforce: Enforce::Priority { bucket_ns: bucket },
+        ..agent_config(&path, PolicySpec::Edf)
+    });
+    let sched = scheduler(BackendSpec::kernel(&path));
+    assert!(sched.describe().contains("by deadline"), "{}", sched.describe());
+    let table = table::Table::open(&path).unwrap();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Arc::new(Mutex::new(release_rx));
+    // Blocked jobs: a deadline, no deadline (NEVER), a deadline centuries away, and a
+    // deadline 5 levels after the first.
+    let first = 2_000_000u64;
+    let mut jobs = Vec::new();
+    for deadline in [first, tailor_core::time::NEVER, u64::MAX - 1, first + 5 * bucket] {
+        let (sched, release_rx) = (sched.clone(), release_rx.clone());
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let ctx = Context { deadline, ..Context::stamped(1_000) };
+            sched.run(&ctx, |permit| {
+                tid_tx.send(sys::gettid()).unwrap();
+                permit.blocked(|| release_rx.lock().unwrap().recv().unwrap());
+            });
+        });
+        jobs.push((tid_rx.recv_timeout(Duration::from_secs(10)).unwrap(), thread));
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let base = table.header().base.load(Ordering::SeqCst);
+    let levels: Vec<i32> = jobs.iter().map(|(tid, _)| sys::get_policy(*tid).unwrap().priority).collect();
+    for _ in &jobs {
+        release_tx.send(()).unwrap();
+    }
+    for (_, thread) in jobs {
+        thread.join().unwrap();
+    }
+    let report = agent.stop();
+    assert_eq!(base, first, "distant and missing deadlines do not move the base: {report:?}");
+    assert_eq!(levels, [table::TOP_LEVEL, 1, 1, table::TOP_LEVEL - 5], "{report:?}");
+    assert_eq!((report.errors, sched.stats().errors), (0, 0));
+}

@@ -23,13 +23,16 @@ use tailor_core::Nanos;
 use super::agent::{AgentReport, HEARTBEAT};
 use super::sys::{self, ThreadPolicy};
 use super::table::{self, Table};
-use crate::cpu::{monotonic_ns, thread_cpu_ns};
+use crate::cpu::{monotonic_ns, realtime_ns, thread_cpu_ns};
 
 /// After a shift the newest live key sits at least this many levels above the bottom, so
 /// keys may advance `(ROOM_LEVEL - SHIFT_LEVEL)` buckets before the next shift.
 const ROOM_LEVEL: i32 = table::TOP_LEVEL / 2;
 /// How often registered threads are checked for death.
 const REAP_EVERY: Nanos = 100_000_000;
+/// Keys more than this past the wall clock do not move the base (see `run`). GATs are
+/// never in the future (every hop clamps them); deadlines are, by up to an SLO.
+const KEY_HORIZON_NS: Nanos = 10_000_000_000;
 
 /// A live job as the agent reads it from its slot.
 #[derive(Clone, Copy)]
@@ -99,11 +102,14 @@ impl<'t> KeyAgent<'t> {
             let live = self.live();
             let base = h.base.load(Ordering::SeqCst);
             // A job that rang may have ended before this scan: its key still says how far
-            // keys have come.
-            let rung = Some(h.newest.load(Ordering::SeqCst)).filter(|&k| k > 0);
-            if let Some(newest) = live.iter().map(|j| j.key).max().max(rung) {
+            // keys have come. Keys far past the clock (a distant deadline) never move the
+            // base: they stay at the bottom level, and the base only moves forward.
+            let horizon = realtime_ns().saturating_add(KEY_HORIZON_NS);
+            let rung = Some(h.newest.swap(0, Ordering::SeqCst)).filter(|&k| k > 0);
+            let keys = || live.iter().map(|j| j.key).filter(|&k| k <= horizon);
+            if let Some(newest) = keys().max().max(rung.filter(|&k| k <= horizon)) {
                 if table::level(newest, base, self.bucket_ns) <= table::SHIFT_LEVEL {
-                    let oldest = live.iter().map(|j| j.key).min().unwrap_or(newest);
+                    let oldest = keys().min().unwrap_or(newest);
                     self.shift(&live, base, shifted_base(base, oldest, newest, self.bucket_ns));
                 }
             }

@@ -198,8 +198,8 @@ impl KernelBackend {
     /// Key ordering: claim a slot, publish RUNNABLE, take the level of our key. No wait:
     /// the kernel runs us when we are among the highest levels.
     fn register_by_key(&self, ctx: &Context, counters: &Counters) -> Option<Registration> {
-        let (reg, slot) = self.claim(ctx, counters)?;
-        let s = self.table.slot(slot);
+        let reg = self.claim(ctx, counters)?;
+        let s = self.table.slot(reg.slot);
         s.admitted.store(table::SELF_ADMITTED, Ordering::Relaxed);
         // RUNNABLE before we read the base: an agent shift that stores a new base after our
         // read finds us in its scan and rewrites our level (see `table`, "key ordering").
@@ -212,12 +212,17 @@ impl KernelBackend {
             let level = table::level(key, base, bucket);
             if let Err(e) = sys::set_policy(0, ThreadPolicy::fifo(level)) {
                 Counters::add(&counters.errors, 1);
-                eprintln!("tailor-runtime: cannot take SCHED_FIFO/{level}: {e}; the job runs at its thread's policy");
+                // Once per process: every job would fail the same way (`stats().errors` counts them).
+                static LOGGED: AtomicBool = AtomicBool::new(false);
+                if !LOGGED.swap(true, Ordering::Relaxed) {
+                    eprintln!("tailor-runtime: cannot take SCHED_FIFO/{level}: {e}; jobs run at their thread's policy");
+                }
                 break;
             }
             if h.base.load(Ordering::SeqCst) == base {
-                if level <= table::SHIFT_LEVEL {
-                    // Out of levels: new keys would all share the bottom one until the agent shifts.
+                // Out of levels: new keys would all share the bottom one until the agent
+                // shifts. (A job with no deadline under edf belongs at the bottom anyway.)
+                if level <= table::SHIFT_LEVEL && key != tailor_core::time::NEVER {
                     h.newest.fetch_max(key, Ordering::SeqCst);
                     self.table.ring();
                 }
@@ -229,7 +234,7 @@ impl KernelBackend {
 
     /// Claims a free slot for a job of the calling thread and writes its context; the slot
     /// is CLAIMED (the agent ignores it) until the caller publishes RUNNABLE.
-    fn claim(&self, ctx: &Context, counters: &Counters) -> Option<(Registration, usize)> {
+    fn claim(&self, ctx: &Context, counters: &Counters) -> Option<Registration> {
         let tid = sys::gettid();
         // Safe to read as "the policy before this job": the write fence (see `table`) means
         // no agent write for an earlier job of this thread can still be in flight.
@@ -262,12 +267,13 @@ impl KernelBackend {
         s.orig_priority.store(orig.priority, Ordering::Relaxed);
         s.successor.store(0, Ordering::Relaxed);
         lock(&self.job_threads).insert(tid, orig);
-        Some((Registration { slot, generation, tid, orig }, slot))
+        Some(Registration { slot, generation, tid, orig })
     }
 
     fn register(&self, ctx: &Context, counters: &Counters) -> Option<Registration> {
-        let (reg, slot) = self.claim(ctx, counters)?;
-        let (generation, s) = (reg.generation, self.table.slot(slot));
+        let reg = self.claim(ctx, counters)?;
+        let (slot, generation) = (reg.slot, reg.generation);
+        let s = self.table.slot(slot);
         // The fast path (see `table`): the node has room, so the policy runs us; we enter the
         // band ourselves while CLAIMED, the only time before the job's end that we may. After
         // RUNNABLE the agent is the one writer of this thread's policy.
