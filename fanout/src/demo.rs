@@ -138,6 +138,9 @@ pub struct AdmissionSection {
     /// Admit a share of queries above R_th instead of none ([`AdmissionConfig::proportional`]).
     #[serde(default)]
     pub proportional: bool,
+    /// One miss ratio per server ([`AdmissionConfig::per_server`]).
+    #[serde(default)]
+    pub per_server: bool,
     /// Queuing for the overload check and calibration (default: the config's).
     #[serde(default)]
     pub queuing: Option<Queuing>,
@@ -1132,6 +1135,7 @@ pub fn run_admission(l: &Loaded, pace: Pace, r_th: f64, offered: f64) -> Result<
         window_tasks: a.window_tasks,
         predict: a.predict,
         proportional: a.proportional,
+        per_server: a.per_server,
     };
     let l = &l.for_admission();
     let p = run_real(l, Scheme::TfEdfq, offered, Some(adm), pace.warmup, pace.measure)?;

@@ -125,6 +125,45 @@ pub struct AdmissionConfig {
     /// Admit the share R_th / ratio of queries while the ratio exceeds R_th,
     /// instead of none (core's `AdmissionController::with_proportional`).
     pub proportional: bool,
+    /// One miss ratio per server instead of one for the handler: a query is rejected
+    /// while any server it picked misses more than R_th of its tasks. With servers
+    /// loaded unevenly (a placement, slower servers) the global ratio is an average
+    /// over cool and hot servers, and the hot ones overrun before it moves.
+    pub per_server: bool,
+}
+
+/// The admission controllers: one for the handler, or one per server.
+struct Admission {
+    controllers: Vec<Mutex<AdmissionController>>,
+}
+
+impl Admission {
+    /// The controller that counts server `s`'s tasks.
+    fn of(&self, s: usize) -> std::sync::MutexGuard<'_, AdmissionController> {
+        let i = if self.controllers.len() == 1 { 0 } else { s };
+        self.controllers[i].lock().expect("admission poisoned")
+    }
+
+    /// Admits a query touching `servers` (every server when `None`) at `now`, or returns
+    /// the miss ratio that refused it and R_th. Per server, every server the query
+    /// touches must admit it (each by its own ratio and, with `proportional`, its own
+    /// share): a query's slowest task decides its latency. Measured against two looser
+    /// rules (docs/fanout.md, "Per-server admission").
+    fn admit(&self, now: Nanos, servers: Option<&[usize]>) -> Result<(), (f64, f64)> {
+        let n = self.controllers.len();
+        let check = |s: usize| {
+            let mut a = self.of(s);
+            if a.admit(now) {
+                Ok(())
+            } else {
+                Err((a.miss_ratio(now), a.threshold()))
+            }
+        };
+        match servers {
+            Some(list) if n > 1 => list.iter().try_for_each(|&s| check(s)),
+            _ => (0..n).try_for_each(check),
+        }
+    }
 }
 
 /// Everything a handler needs.
@@ -293,7 +332,7 @@ pub struct Handler {
     client: Client<HttpConnector, Empty<Bytes>>,
     planner: Mutex<Planner>,
     learned: Vec<Mutex<LatencyHistogram>>,
-    admission: Option<Mutex<AdmissionController>>,
+    admission: Option<Admission>,
     central: Vec<Mutex<CentralQueue>>,
     /// The servers of each query, one picker per class ([`DistinctPicker`]: the
     /// simulator picks the same way).
@@ -415,10 +454,14 @@ impl Handler {
         planner.precompute(n as u32);
         let admission = match cfg.admission {
             Some(a) => {
-                let c = AdmissionController::new(a.r_th, (a.window.as_nanos() as Nanos).max(1))
-                    .map_err(|e| crate::Error::Config(format!("admission: {e}")))?
-                    .with_window_tasks(a.window_tasks);
-                Some(Mutex::new(if a.proportional { c.with_proportional() } else { c }))
+                let controller = || -> Result<Mutex<AdmissionController>, crate::Error> {
+                    let c = AdmissionController::new(a.r_th, (a.window.as_nanos() as Nanos).max(1))
+                        .map_err(|e| crate::Error::Config(format!("admission: {e}")))?
+                        .with_window_tasks(a.window_tasks);
+                    Ok(Mutex::new(if a.proportional { c.with_proportional() } else { c }))
+                };
+                let count = if a.per_server { n } else { 1 };
+                Some(Admission { controllers: (0..count).map(|_| controller()).collect::<Result<_, _>>()? })
             }
             None => None,
         };
@@ -666,9 +709,12 @@ impl Handler {
         self.planner.lock().expect("planner poisoned").unloaded_tail(class, fanout)
     }
 
-    /// The miss ratio the admission controller sees now (0 without admission control).
+    /// The miss ratio the admission controller sees now (0 without admission control;
+    /// per server, the highest).
     pub fn miss_ratio(&self) -> f64 {
-        self.admission.as_ref().map_or(0.0, |a| a.lock().expect("admission poisoned").miss_ratio(wall_ns()))
+        let Some(a) = &self.admission else { return 0.0 };
+        let now = wall_ns();
+        (0..a.controllers.len()).map(|s| a.of(s).miss_ratio(now)).fold(0.0, f64::max)
     }
 
     /// The servers of one query of `class` (validated: a class the handler has).
@@ -692,16 +738,16 @@ impl Handler {
         if q.fanout == 0 || q.fanout as usize > n {
             return Err(QueryError::BadFanout { fanout: q.fanout, servers: n });
         }
+        // Per server, the query's own servers decide: pick them first.
+        let servers = self.pick_servers(q.class, q.fanout as usize);
         if let Some(a) = &self.admission {
-            let mut a = a.lock().expect("admission poisoned");
-            if !a.admit(t0) {
+            if let Err((ratio, r_th)) = a.admit(t0, Some(&servers)) {
                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
-                return Err(QueryError::Rejected { ratio: a.miss_ratio(t0), r_th: a.threshold() });
+                return Err(QueryError::Rejected { ratio, r_th });
             }
         }
         self.stats.admitted.fetch_add(1, Ordering::Relaxed);
         let slo_ns = q.slo_ns.unwrap_or(class.slo_ns);
-        let servers = self.pick_servers(q.class, q.fanout as usize);
         let budget_ns = match self.cfg.scheme {
             Scheme::TEdfq => slo_ns as i64,
             _ => slo_ns as i64 - self.unloaded_tail_of(q.class, &servers) as i64,
@@ -746,11 +792,12 @@ impl Handler {
                 self.prepare_request(class, fanouts, split)?
             }
         };
+        // A request's later queries pick their servers as they go: per server, every
+        // server must admit it.
         if let Some(a) = &self.admission {
-            let mut a = a.lock().expect("admission poisoned");
-            if !a.admit(t0) {
+            if let Err((ratio, r_th)) = a.admit(t0, None) {
                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
-                return Err(QueryError::Rejected { ratio: a.miss_ratio(t0), r_th: a.threshold() });
+                return Err(QueryError::Rejected { ratio, r_th });
             }
         }
         self.stats.admitted.fetch_add(1, Ordering::Relaxed);
@@ -802,13 +849,13 @@ impl Handler {
             *out.entry(key).or_default() += 1;
         }
         if let Some(a) = &self.admission {
-            let mut a = a.lock().expect("admission poisoned");
-            let known = predicted.iter().filter(|&&p| p).count() as u64;
-            for _ in 0..known {
-                a.record_task(now, true);
-            }
-            if self.cfg.queuing == Queuing::Central {
-                a.task_queued(now, ctx.deadline, ctx.fanout as u64 - known);
+            for (&s, &known) in servers.iter().zip(&predicted) {
+                let mut a = a.of(s);
+                if known {
+                    a.record_task(now, true);
+                } else if self.cfg.queuing == Queuing::Central {
+                    a.task_queued(now, ctx.deadline, 1);
+                }
             }
         }
         let mut set = tokio::task::JoinSet::new();
@@ -880,7 +927,7 @@ impl Handler {
             let now = wall_ns();
             missed_here = now > ctx.deadline;
             if let Some(a) = self.admission.as_ref().filter(|_| !known_missed) {
-                a.lock().expect("admission poisoned").task_dequeued(now, ctx.deadline);
+                a.of(s).task_dequeued(now, ctx.deadline);
             }
         }
         let sent = Instant::now();
@@ -928,7 +975,7 @@ impl Handler {
         if !central && !known_missed {
             // At-server queuing: the miss is piggybacked on the result (§III.C).
             if let Some(a) = &self.admission {
-                a.lock().expect("admission poisoned").record_task(wall_ns(), missed);
+                a.of(s).record_task(wall_ns(), missed);
             }
         }
         self.stats.tasks.fetch_add(1, Ordering::Relaxed);

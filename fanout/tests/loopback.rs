@@ -302,3 +302,37 @@ fn predicted_misses_reject_within_the_burst_that_causes_them() {
         wait_until("admission to recover", || query().status == 200);
     }
 }
+
+/// One slow server (20 ms a task) and one fast (1 ms). A burst of fan-out-2 queries
+/// overloads only the slow one. Afterwards fan-out-1 queries that land on the fast server
+/// are still admitted with `--per-server-admission` (its own miss ratio is 0), while the
+/// handler-wide ratio (about half the burst's tasks missed) rejects every query.
+#[test]
+fn per_server_admission_rejects_only_queries_that_touch_the_overloaded_server() {
+    let slow = start(&["servers", "--count", "1", "--policy", "edf", "--service-fixed-ms", "20"]);
+    let fast = start(&["servers", "--count", "1", "--policy", "edf", "--service-fixed-ms", "1"]);
+    let list = format!("{},{}", slow.addrs[0], fast.addrs[0]);
+    let mut admitted_after = Vec::new();
+    for per_server in ["true", "false"] {
+        let handler = admission_handler(&list, &["--per-server-admission", per_server]);
+        let h = handler.addrs[0];
+        let query = move |k: u32| http(h, "POST", "/query", &[("tailor-fanout", k.to_string())]);
+        assert_eq!(query(2).status, 200, "per-server {per_server}: an idle system admits");
+        let burst: Vec<_> = (0..30).map(|_| std::thread::spawn(move || query(2))).collect();
+        for b in burst {
+            assert_eq!(b.join().unwrap().status, 200, "nothing is rejected before a miss is known");
+        }
+        let both = query(2);
+        assert_eq!(both.status, 503, "per-server {per_server}: a query on the slow server is rejected");
+        let statuses: Vec<u16> = (0..20).map(|_| query(1).status).collect();
+        assert!(statuses.iter().all(|&s| s == 200 || s == 503), "{statuses:?}");
+        admitted_after.push(statuses.iter().filter(|&&s| s == 200).count());
+        wait_until("admission to recover", || query(2).status == 200);
+    }
+    // 20 picks between two servers: all on one of them has probability 2 × 2^-20.
+    assert!(
+        admitted_after[0] > 0 && admitted_after[0] < 20,
+        "per server: the queries on the fast server pass, those on the slow one do not: {admitted_after:?}"
+    );
+    assert_eq!(admitted_after[1], 0, "handler-wide: the average ratio rejects every query: {admitted_after:?}");
+}

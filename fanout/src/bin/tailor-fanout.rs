@@ -133,6 +133,7 @@ fn handler(f: &HashMap<String, String>) -> Result<(), String> {
             window_tasks: get(f, "window-tasks", Some(100_000))?,
             predict: get(f, "predict-misses", Some(false))?,
             proportional: get(f, "proportional", Some(false))?,
+            per_server: get(f, "per-server-admission", Some(false))?,
         }),
         None => None,
     };
