@@ -309,15 +309,9 @@ impl<'t> Agent<'t> {
             if timeout.is_zero() {
                 continue;
             }
-            h.agent_sleeping.store(1, Ordering::SeqCst);
-            if h.doorbell.load(Ordering::SeqCst) == bell {
-                sys::futex_wait(&h.doorbell, bell, timeout);
-            }
-            h.agent_sleeping.store(0, Ordering::SeqCst);
+            let rung = self.table.sleep_on_doorbell(bell, timeout);
             self.report.wakeups += 1;
-            if h.doorbell.load(Ordering::Relaxed) != bell {
-                self.report.rung += 1;
-            }
+            self.report.rung += u64::from(rung);
         }
         self.report.handoffs = h.handoffs.load(Ordering::Relaxed);
         self.report.wall_ns = monotonic_ns() - start_wall;

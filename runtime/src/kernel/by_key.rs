@@ -122,15 +122,9 @@ impl<'t> KeyAgent<'t> {
                 next_log = now + 1_000_000_000;
                 eprintln!("tailor agent: {:?} live={} base={}", self.report, live.len(), h.base.load(Ordering::Relaxed));
             }
-            h.agent_sleeping.store(1, Ordering::SeqCst);
-            if h.doorbell.load(Ordering::SeqCst) == bell {
-                sys::futex_wait(&h.doorbell, bell, HEARTBEAT);
-            }
-            h.agent_sleeping.store(0, Ordering::SeqCst);
+            let rung = self.table.sleep_on_doorbell(bell, HEARTBEAT);
             self.report.wakeups += 1;
-            if h.doorbell.load(Ordering::Relaxed) != bell {
-                self.report.rung += 1;
-            }
+            self.report.rung += u64::from(rung);
         }
         self.report.wall_ns = monotonic_ns() - start_wall;
         self.report.cpu_ns = thread_cpu_ns() - start_cpu;

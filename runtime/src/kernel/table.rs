@@ -389,6 +389,19 @@ impl Table {
         &self.path
     }
 
+    /// The agent's sleep: until the doorbell moves past `bell` (read before the agent's
+    /// pass, so a ring during the pass is not slept through) or `timeout`. Announces the
+    /// sleep so ringers know to wake it. Returns whether it was rung.
+    pub fn sleep_on_doorbell(&self, bell: u32, timeout: std::time::Duration) -> bool {
+        let h = self.header();
+        h.agent_sleeping.store(1, Ordering::SeqCst);
+        if h.doorbell.load(Ordering::SeqCst) == bell {
+            super::sys::futex_wait(&h.doorbell, bell, timeout);
+        }
+        h.agent_sleeping.store(0, Ordering::SeqCst);
+        h.doorbell.load(Ordering::Relaxed) != bell
+    }
+
     /// Tells the agent something changed.
     pub fn ring(&self) {
         let h = self.header();
