@@ -28,7 +28,7 @@ use crate::RuntimeError;
 /// The agent's longest sleep: the heartbeat the watchdogs watch advances at least this often.
 pub const HEARTBEAT: Duration = Duration::from_millis(20);
 /// How often registered threads are checked for death (ESRCH).
-const REAP_EVERY: Nanos = 100_000_000;
+pub(super) const REAP_EVERY: Nanos = 100_000_000;
 /// How soon the agent looks again at a job whose hand-off is in flight (it does not
 /// write that thread meanwhile): a woken thread needs a few µs to take the band.
 const HANDOFF_RECHECK: Duration = Duration::from_micros(100);
@@ -109,6 +109,17 @@ pub struct AgentReport {
     /// Key ordering: moves of the base, and the level rewrites they cost.
     pub shifts: u64,
     pub rewrites: u64,
+}
+
+impl AgentReport {
+    /// Counts an error and logs the first 20: a misconfigured node would otherwise flood
+    /// stderr.
+    pub(super) fn error(&mut self, msg: String) {
+        self.errors += 1;
+        if self.errors <= 20 {
+            eprintln!("tailor agent: {msg}");
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -242,7 +253,6 @@ struct Agent<'t> {
     /// A hand-off was in flight at the last `apply`: look again soon.
     handoff_in_flight: bool,
     report: AgentReport,
-    logged_errors: u32,
     /// `TAILOR_AGENT_TRACE` set: print every arrival and tick (debugging only).
     trace: bool,
 }
@@ -258,17 +268,7 @@ impl<'t> Agent<'t> {
             published: HashMap::new(),
             handoff_in_flight: false,
             report: AgentReport::default(),
-            logged_errors: 0,
             trace: std::env::var_os("TAILOR_AGENT_TRACE").is_some(),
-        }
-    }
-
-    fn error(&mut self, msg: String) {
-        self.report.errors += 1;
-        // Log the first few: a misconfigured node would otherwise flood stderr.
-        if self.logged_errors < 20 {
-            self.logged_errors += 1;
-            eprintln!("tailor agent: {msg}");
         }
     }
 
@@ -503,24 +503,19 @@ impl<'t> Agent<'t> {
     fn set(&mut self, id: JobId, p: ThreadPolicy) -> Option<i32> {
         let i = slot_of(id);
         let r = self.registered[i].filter(|r| job_id(i, r.generation) == id)?;
-        let slot = self.table.slot(i);
-        slot.agent_busy.store(r.generation, Ordering::SeqCst);
-        if slot.word.load(Ordering::SeqCst) != table::pack(r.generation, table::RUNNABLE) {
-            slot.agent_busy.store(0, Ordering::SeqCst);
-            return None;
-        }
-        let result = sys::set_policy(r.tid, p);
-        slot.agent_busy.store(0, Ordering::SeqCst);
-        if let Err(e) = result {
-            if e.raw_os_error() == Some(libc::ESRCH) {
-                self.free_dead(i, r);
-            } else {
-                let hint = sys::rt_group_problem(r.pid, r.tid).map(|p| format!(" ({p})")).unwrap_or_default();
-                self.error(format!("pid {} tid {}: cannot set {}: {e}{hint}", r.pid, r.tid, p.describe()));
+        match self.table.set_policy_fenced(i, r.generation, r.tid, p, |state| state == table::RUNNABLE) {
+            Ok(true) => Some(r.tid),
+            Ok(false) => None,
+            Err(e) => {
+                if e.raw_os_error() == Some(libc::ESRCH) {
+                    self.free_dead(i, r);
+                } else {
+                    let hint = sys::rt_group_problem(r.pid, r.tid).map(|p| format!(" ({p})")).unwrap_or_default();
+                    self.report.error(format!("pid {} tid {}: cannot set {}: {e}{hint}", r.pid, r.tid, p.describe()));
+                }
+                None
             }
-            return None;
         }
-        Some(r.tid)
     }
 
     /// Publishes in each running job's slot the job the policy runs next if it leaves
@@ -602,13 +597,9 @@ impl<'t> Agent<'t> {
     fn restore_all(&mut self) {
         for &i in &self.live {
             let Some(r) = self.registered[i] else { continue };
-            let slot = self.table.slot(i);
-            slot.agent_busy.store(r.generation, Ordering::SeqCst);
-            let (generation, state) = table::unpack(slot.word.load(Ordering::SeqCst));
-            if generation == r.generation && state != table::FREE && sys::set_policy(r.tid, r.orig).is_ok() {
+            if let Ok(true) = self.table.set_policy_fenced(i, r.generation, r.tid, r.orig, |state| state != table::FREE) {
                 self.report.restored += 1;
             }
-            slot.agent_busy.store(0, Ordering::SeqCst);
             // Nobody orders them any more: jobs still waiting to be admitted may run.
             self.admit(i);
         }

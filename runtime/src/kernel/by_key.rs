@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tailor_core::Nanos;
 
-use super::agent::{AgentReport, HEARTBEAT};
+use super::agent::{AgentReport, HEARTBEAT, REAP_EVERY};
 use super::sys::{self, ThreadPolicy};
 use super::table::{self, Table};
 use crate::cpu::{monotonic_ns, realtime_ns, thread_cpu_ns};
@@ -28,8 +28,6 @@ use crate::cpu::{monotonic_ns, realtime_ns, thread_cpu_ns};
 /// After a shift the newest live key sits at least this many levels above the bottom, so
 /// keys may advance `(ROOM_LEVEL - SHIFT_LEVEL)` buckets before the next shift.
 const ROOM_LEVEL: i32 = table::TOP_LEVEL / 2;
-/// How often registered threads are checked for death.
-const REAP_EVERY: Nanos = 100_000_000;
 /// Keys more than this past the wall clock do not move the base (see `run`). GATs are
 /// never in the future (every hop clamps them); deadlines are, by up to an SLO.
 const KEY_HORIZON_NS: Nanos = 10_000_000_000;
@@ -49,7 +47,6 @@ pub(super) struct KeyAgent<'t> {
     key: u32,
     bucket_ns: u64,
     pub(super) report: AgentReport,
-    logged_errors: u32,
 }
 
 impl<'t> KeyAgent<'t> {
@@ -59,15 +56,7 @@ impl<'t> KeyAgent<'t> {
         h.key.store(key, Ordering::SeqCst);
         h.bucket_ns.store(bucket_ns, Ordering::SeqCst);
         h.base.store(0, Ordering::SeqCst);
-        KeyAgent { table, key, bucket_ns, report: AgentReport::default(), logged_errors: 0 }
-    }
-
-    fn error(&mut self, msg: String) {
-        self.report.errors += 1;
-        if self.logged_errors < 20 {
-            self.logged_errors += 1;
-            eprintln!("tailor agent: {msg}");
-        }
+        KeyAgent { table, key, bucket_ns, report: AgentReport::default() }
     }
 
     /// The jobs now registered (RUNNABLE slots).
@@ -146,7 +135,7 @@ impl<'t> KeyAgent<'t> {
                 Ok(true) => self.report.rewrites += 1,
                 Ok(false) => {}
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => self.free_dead(j),
-                Err(e) => self.error(format!("pid {} tid {}: cannot set SCHED_FIFO/{level}: {e}", j.pid, j.tid)),
+                Err(e) => self.report.error(format!("pid {} tid {}: cannot set SCHED_FIFO/{level}: {e}", j.pid, j.tid)),
             }
         }
     }
@@ -154,15 +143,7 @@ impl<'t> KeyAgent<'t> {
     /// Sets job `j`'s thread to `p` under the write fence (see `table`): only if the slot
     /// still holds that job, RUNNABLE. `Ok(false)`: it left meanwhile, nothing written.
     fn write(&self, j: &Live, p: ThreadPolicy) -> std::io::Result<bool> {
-        let slot = self.table.slot(j.slot);
-        slot.agent_busy.store(j.generation, Ordering::SeqCst);
-        let result = if slot.word.load(Ordering::SeqCst) == table::pack(j.generation, table::RUNNABLE) {
-            sys::set_policy(j.tid, p).map(|()| true)
-        } else {
-            Ok(false)
-        };
-        slot.agent_busy.store(0, Ordering::SeqCst);
-        result
+        self.table.set_policy_fenced(j.slot, j.generation, j.tid, p, |state| state == table::RUNNABLE)
     }
 
     fn reap(&mut self, live: &[Live]) {

@@ -85,6 +85,10 @@ pub(crate) struct KernelBackend {
     park_idle: bool,
     /// The agent orders jobs by key (`table::ORDER_BY_KEY`): jobs take their own levels.
     by_key: bool,
+    /// Key ordering: the key is the deadline (else the GAT), and its span per level. Set by
+    /// the agent before it runs and never changed: read once here, not per job.
+    key_is_deadline: bool,
+    bucket_ns: u64,
     next_slot: AtomicUsize,
     description: String,
 }
@@ -134,13 +138,11 @@ impl KernelBackend {
         let c = if *fallback_c == 0 { available_cpus() } else { *fallback_c };
         let fallback = Cooperative::new(fallback_policy, c)?;
         let by_key = h.ordering.load(Ordering::Acquire) == table::ORDER_BY_KEY;
+        let key_is_deadline = h.key.load(Ordering::Acquire) == table::KEY_DEADLINE;
+        let bucket_ns = h.bucket_ns.load(Ordering::Acquire);
         let ordering = if by_key {
-            let key = if h.key.load(Ordering::Acquire) == table::KEY_DEADLINE { "deadline" } else { "GAT" };
-            format!(
-                "jobs at SCHED_FIFO 1..={} by {key}, one level per {} µs",
-                table::TOP_LEVEL,
-                h.bucket_ns.load(Ordering::Acquire) as f64 / 1e3
-            )
+            let key = if key_is_deadline { "deadline" } else { "GAT" };
+            format!("jobs at SCHED_FIFO 1..={} by {key}, one level per {} µs", table::TOP_LEVEL, bucket_ns as f64 / 1e3)
         } else {
             format!("band SCHED_FIFO/{BAND_PRIORITY}, waiting jobs asleep or SCHED_IDLE")
         };
@@ -159,6 +161,8 @@ impl KernelBackend {
             spawned: Mutex::new(HashMap::new()),
             park_idle: *park == crate::config::Park::Idle,
             by_key,
+            key_is_deadline,
+            bucket_ns,
             watchdog: Duration::from_millis(*watchdog_ms),
             next_slot: AtomicUsize::new(0),
             description,
@@ -205,11 +209,10 @@ impl KernelBackend {
         // read finds us in its scan and rewrites our level (see `table`, "key ordering").
         s.word.store(table::pack(reg.generation, table::RUNNABLE), Ordering::SeqCst);
         let h = self.table.header();
-        let key = if h.key.load(Ordering::Relaxed) == table::KEY_DEADLINE { ctx.deadline } else { ctx.gat };
-        let bucket = h.bucket_ns.load(Ordering::Relaxed);
+        let key = if self.key_is_deadline { ctx.deadline } else { ctx.gat };
         loop {
             let base = h.base.load(Ordering::SeqCst);
-            let level = table::level(key, base, bucket);
+            let level = table::level(key, base, self.bucket_ns);
             if let Err(e) = sys::set_policy(0, ThreadPolicy::fifo(level)) {
                 Counters::add(&counters.errors, 1);
                 // Once per process: every job would fail the same way (`stats().errors` counts them).

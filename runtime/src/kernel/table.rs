@@ -381,6 +381,29 @@ impl Table {
         }
     }
 
+    /// The agent's side of the write fence (see the module doc): announces job
+    /// `generation` of slot `i`, re-reads the slot, and sets thread `tid` to `p` only if the
+    /// slot still holds that job in a state `writable` accepts. `Ok(false)`: not written.
+    pub fn set_policy_fenced(
+        &self,
+        i: usize,
+        generation: u64,
+        tid: i32,
+        p: super::sys::ThreadPolicy,
+        writable: impl Fn(u64) -> bool,
+    ) -> io::Result<bool> {
+        let slot = self.slot(i);
+        slot.agent_busy.store(generation, Ordering::SeqCst);
+        let (current, state) = unpack(slot.word.load(Ordering::SeqCst));
+        let result = if current == generation && writable(state) {
+            super::sys::set_policy(tid, p).map(|()| true)
+        } else {
+            Ok(false)
+        };
+        slot.agent_busy.store(0, Ordering::SeqCst);
+        result
+    }
+
     pub fn slots(&self) -> usize {
         self.slots
     }
