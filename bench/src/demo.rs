@@ -301,7 +301,9 @@ fn start_agent(cfg: &DemoConfig, mode: Mode, table: &Path, log: &Path) -> Result
             &cfg.cores.to_string(),
         ])
         .args(match mode {
-            Mode::Orf => vec!["--enforce".to_string(), "priority".into(), "--bucket-us".into(), cfg.bucket_us.to_string()],
+            Mode::Orf => {
+                vec!["--enforce".to_string(), "priority".into(), "--bucket-us".into(), cfg.bucket_us.to_string()]
+            }
             _ => vec![],
         })
         .stdin(Stdio::piped())

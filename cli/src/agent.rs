@@ -56,7 +56,7 @@ pub fn main(args: AgentArgs) -> Result<(), String> {
         slots: args.slots,
         verbose: args.verbose,
         enforce: match args.enforce.as_str() {
-            "priority" => Enforce::Priority { bucket_ns: (args.bucket_us * 1e3).round().max(0.0) as u64 },
+            "priority" => Enforce::priority_us(args.bucket_us).map_err(|e| format!("--bucket-us {e}"))?,
             _ => Enforce::Band,
         },
     };

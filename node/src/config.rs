@@ -144,11 +144,13 @@ pub enum GatEnforce {
 
 impl GatDomainConfig {
     /// The runtime agent's enforcement this section asks for.
+    /// (Validated when the config loads: `bucket_us` is a width `Enforce::priority_us` takes.)
     pub fn enforce(&self) -> tailor_runtime::kernel::Enforce {
+        use tailor_runtime::kernel::Enforce;
         match self.enforce {
-            GatEnforce::Band => tailor_runtime::kernel::Enforce::Band,
+            GatEnforce::Band => Enforce::Band,
             GatEnforce::Priority => {
-                tailor_runtime::kernel::Enforce::Priority { bucket_ns: (self.bucket_us * 1e3).round() as u64 }
+                Enforce::priority_us(self.bucket_us).expect("bucket_us is validated when the config loads")
             }
         }
     }
@@ -283,8 +285,8 @@ impl NodeConfig {
                 if let Err(e) = tailor_runtime::kernel::Enforce::key_of(&g.policy, cpus) {
                     errors.push(format!("gat_domain.enforce = \"priority\": {e}"));
                 }
-                if !(g.bucket_us >= 0.001 && g.bucket_us.is_finite()) {
-                    errors.push(format!("gat_domain.bucket_us = {}: give a positive number of µs, e.g. 1000", g.bucket_us));
+                if let Err(e) = tailor_runtime::kernel::Enforce::priority_us(g.bucket_us) {
+                    errors.push(format!("gat_domain.bucket_us = {e}"));
                 }
             }
         }

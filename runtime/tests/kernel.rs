@@ -604,7 +604,10 @@ fn a_full_node_with_short_blocking_calls_finishes_every_job() {
 // their GAT and the kernel orders them; the agent only shifts the levels' base.
 
 fn key_agent_config(table: &Path, bucket_ns: u64) -> AgentConfig {
-    AgentConfig { enforce: Enforce::Priority { bucket_ns }, ..agent_config(table, PolicySpec::Orf { c: 1, slice_us: 500.0 }) }
+    AgentConfig {
+        enforce: Enforce::Priority { bucket_ns },
+        ..agent_config(table, PolicySpec::Orf { c: 1, slice_us: 500.0 })
+    }
 }
 
 #[test]
@@ -660,7 +663,8 @@ fn key_ordering_shifts_keep_live_jobs_in_order_at_their_levels() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let h = table.header();
-    let levels_now = || -> Vec<i32> { waiting.iter().map(|(_, tid, _)| sys::get_policy(*tid).unwrap().priority).collect() };
+    let levels_now =
+        || -> Vec<i32> { waiting.iter().map(|(_, tid, _)| sys::get_policy(*tid).unwrap().priority).collect() };
     assert_eq!(h.base.load(Ordering::SeqCst), first_gat, "the first shift puts the oldest live key at the top");
     let top = table::TOP_LEVEL;
     assert_eq!(levels_now(), [top, top - 5, top - 10, top - 15, top - 19], "one level per bucket below the oldest");

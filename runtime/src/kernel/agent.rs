@@ -62,6 +62,16 @@ pub enum Enforce {
 }
 
 impl Enforce {
+    /// Key ordering with `bucket_us` µs of key per level (`--bucket-us`, `[gat_domain]
+    /// bucket_us`), or why that width is not one.
+    pub fn priority_us(bucket_us: f64) -> Result<Enforce, String> {
+        if bucket_us >= 0.001 && bucket_us.is_finite() {
+            Ok(Enforce::Priority { bucket_ns: (bucket_us * 1e3).round() as u64 })
+        } else {
+            Err(format!("{bucket_us}: give a positive number of µs (at least 0.001), e.g. 1000"))
+        }
+    }
+
     /// The slot field that orders `policy` under key ordering, or why it cannot.
     pub fn key_of(policy: &PolicySpec, cpus: usize) -> Result<u32, String> {
         match policy {
@@ -597,7 +607,8 @@ impl<'t> Agent<'t> {
     fn restore_all(&mut self) {
         for &i in &self.live {
             let Some(r) = self.registered[i] else { continue };
-            if let Ok(true) = self.table.set_policy_fenced(i, r.generation, r.tid, r.orig, |state| state != table::FREE) {
+            if let Ok(true) = self.table.set_policy_fenced(i, r.generation, r.tid, r.orig, |state| state != table::FREE)
+            {
                 self.report.restored += 1;
             }
             // Nobody orders them any more: jobs still waiting to be admitted may run.

@@ -109,7 +109,12 @@ impl<'t> KeyAgent<'t> {
             }
             if verbose && now >= next_log {
                 next_log = now + 1_000_000_000;
-                eprintln!("tailor agent: {:?} live={} base={}", self.report, live.len(), h.base.load(Ordering::Relaxed));
+                eprintln!(
+                    "tailor agent: {:?} live={} base={}",
+                    self.report,
+                    live.len(),
+                    h.base.load(Ordering::Relaxed)
+                );
             }
             let rung = self.table.sleep_on_doorbell(bell, HEARTBEAT);
             self.report.wakeups += 1;
@@ -236,7 +241,10 @@ mod tests {
         assert_eq!(table::level(newest, b, q), ROOM_LEVEL);
         // All live keys close together: the oldest goes to the top.
         let b = shifted_base(0, newest - 2 * q, newest, q);
-        assert_eq!((table::level(newest - 2 * q, b, q), table::level(newest, b, q)), (table::TOP_LEVEL, table::TOP_LEVEL - 2));
+        assert_eq!(
+            (table::level(newest - 2 * q, b, q), table::level(newest, b, q)),
+            (table::TOP_LEVEL, table::TOP_LEVEL - 2)
+        );
         // Property: for any keys, a shift keeps every pair's order (older never lower).
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..10_000 {
