@@ -115,25 +115,48 @@ fn run_demo(a: DemoArgs) -> Result<(), String> {
                 }
             };
             out += &format!(
-                "\nadmission control, TF-EDFQ, {:?} queuing{}, at {overload}× its max load {tf:.3}\n\n| R_th | offered | accepted | accepted / max | rejected | per-class p99 / SLO (ms) | holds |\n|---:|---:|---:|---:|---:|---|---|\n",
+                "\nadmission control, TF-EDFQ, {:?} queuing{}, at {overload}× its max load {tf:.3}\n\n| R_th | offered | accepted | accepted / max | rejected | per-class p99 / SLO (ms) (admitted) | holds | worst (class, fan-out) group |\n|---:|---:|---:|---:|---:|---|---|---|\n",
                 adm.cfg.queuing,
-                match two.cfg.admission.as_ref().map(|x| (x.predict, x.proportional)) {
-                    Some((true, true)) => ", predicted misses, proportional admission",
-                    Some((true, false)) => ", predicted misses",
-                    Some((false, true)) => ", proportional admission",
-                    _ => "",
-                }
+                two.cfg.admission.as_ref().map_or(String::new(), |x| {
+                    [
+                        (x.predict, "predicted misses"),
+                        (x.proportional, "proportional admission"),
+                        (x.per_server, "one ratio per server"),
+                        (x.reject_late, "late tasks rejected"),
+                    ]
+                    .iter()
+                    .filter(|(on, _)| *on)
+                    .map(|(_, name)| format!(", {name}"))
+                    .collect()
+                })
             );
             for x in &r {
                 out += &format!(
-                    "| {:.4} | {:.3} | {:.3} | {:.0}% | {:.1}% | {} | {} |\n",
+                    "| {:.4} | {:.3} | {:.3} | {:.0}% | {:.1}% | {} | {} | {} |\n",
                     x.r_th,
                     x.offered_load,
                     x.accepted_load,
                     100.0 * x.accepted_load / tf,
                     x.rejected_pct,
-                    x.classes.iter().map(|c| format!("{} {:.2}/{:.1}", c.0, c.1, c.2)).collect::<Vec<_>>().join(", "),
-                    if x.holds() { "yes" } else { "no" }
+                    x.classes
+                        .iter()
+                        .map(|c| format!(
+                            "{} {:.2}/{:.1} ({:.0}%)",
+                            c.name,
+                            c.quantile_ms,
+                            c.slo_ms,
+                            100.0 * c.accepted
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if x.holds() { "yes" } else { "no" },
+                    x.worst_group.as_ref().map_or("—".into(), |(k, g)| format!(
+                        "{}, {k}: {:.2}/{:.1} ({:.0}%)",
+                        g.name,
+                        g.quantile_ms,
+                        g.slo_ms,
+                        100.0 * g.accepted
+                    ))
                 );
             }
         }

@@ -71,6 +71,8 @@ pub struct LatencyHistogram {
     total: f64,
     /// Σ value · weight, for an exact mean.
     sum: f64,
+    /// Σ value² · weight, for an exact variance.
+    sum_sq: f64,
     saturated: f64,
     /// Occupied bucket range (inclusive); `lo > hi` when empty.
     lo: usize,
@@ -104,6 +106,7 @@ impl LatencyHistogram {
             counts: vec![0.0; BUCKETS].into_boxed_slice(),
             total: 0.0,
             sum: 0.0,
+            sum_sq: 0.0,
             saturated: 0.0,
             lo: BUCKETS,
             hi: 0,
@@ -128,6 +131,7 @@ impl LatencyHistogram {
         self.counts[i] += weight;
         self.total += weight;
         self.sum += ns as f64 * weight;
+        self.sum_sq += ns as f64 * ns as f64 * weight;
         if ns > MAX_TRACKABLE_NS {
             self.saturated += weight;
         }
@@ -147,6 +151,7 @@ impl LatencyHistogram {
         }
         self.total += other.total;
         self.sum += other.sum;
+        self.sum_sq += other.sum_sq;
         self.saturated += other.saturated;
         self.lo = self.lo.min(other.lo);
         self.hi = self.hi.max(other.hi);
@@ -171,6 +176,7 @@ impl LatencyHistogram {
         }
         self.total *= factor;
         self.sum *= factor;
+        self.sum_sq *= factor;
         self.saturated *= factor;
     }
 
@@ -181,6 +187,7 @@ impl LatencyHistogram {
         }
         self.total = 0.0;
         self.sum = 0.0;
+        self.sum_sq = 0.0;
         self.saturated = 0.0;
         self.lo = BUCKETS;
         self.hi = 0;
@@ -208,6 +215,16 @@ impl LatencyHistogram {
             0.0
         } else {
             self.sum / self.total
+        }
+    }
+
+    /// Weighted variance of the recorded values (exact, not from buckets), ns²; 0 if empty.
+    pub fn variance(&self) -> f64 {
+        if self.is_empty() {
+            0.0
+        } else {
+            let m = self.mean();
+            (self.sum_sq / self.total - m * m).max(0.0)
         }
     }
 
@@ -451,8 +468,13 @@ mod tests {
                         }
                     }
                 }
+                let mean = xs.iter().map(|&x| x as f64).sum::<f64>() / n as f64;
+                assert!((h.mean() - mean).abs() < 1e-6 * h.mean() + 1e-9);
+                let var = xs.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n as f64;
                 assert!(
-                    (h.mean() - xs.iter().map(|&x| x as f64).sum::<f64>() / n as f64).abs() < 1e-6 * h.mean() + 1e-9
+                    (h.variance() - var).abs() <= 1e-6 * var + 1e-6,
+                    "{d:?} n={n}: variance {} vs {var}",
+                    h.variance()
                 );
             }
         }
@@ -495,6 +517,7 @@ mod tests {
             assert_eq!(a.quantile(p), all.quantile(p));
         }
         assert!((a.mean() - all.mean()).abs() < 1e-6);
+        assert!((a.variance() - all.variance()).abs() < 1e-9 * all.variance());
     }
 
     #[test]
@@ -510,7 +533,11 @@ mod tests {
         assert!((h.count() - 100.0).abs() < 1e-9);
         assert!((h.cdf(100) - 0.01).abs() < 1e-12);
         assert!(h.quantile(0.5).abs_diff(10_000) <= 10_000 / 128);
-        assert!((h.mean() - (100.0 + 99.0 * 10_000.0) / 100.0).abs() < 1e-6);
+        let mean = (100.0 + 99.0 * 10_000.0) / 100.0;
+        assert!((h.mean() - mean).abs() < 1e-6);
+        // One sample of 100 and 99 of 10,000 by weight.
+        let var = ((100.0 - mean) * (100.0f64 - mean) + 99.0 * (10_000.0 - mean) * (10_000.0f64 - mean)) / 100.0;
+        assert!((h.variance() - var).abs() < 1e-6 * var);
         h.decay(0.0);
         assert!(h.is_empty());
         assert_eq!(h.quantile(0.99), 0);

@@ -141,6 +141,9 @@ pub struct AdmissionSection {
     /// One miss ratio per server ([`AdmissionConfig::per_server`]).
     #[serde(default)]
     pub per_server: bool,
+    /// Also reject a query whose task would wait past its deadline ([`AdmissionConfig::reject_late`]).
+    #[serde(default)]
+    pub reject_late: bool,
     /// Queuing for the overload check and calibration (default: the config's).
     #[serde(default)]
     pub queuing: Option<Queuing>,
@@ -1048,9 +1051,51 @@ pub struct AdmissionResult {
     pub r_th: f64,
     pub offered_load: f64,
     pub accepted_load: f64,
-    /// Per class: (name, p-quantile ms, SLO ms).
-    pub classes: Vec<(String, f64, f64)>,
+    pub classes: Vec<ClassAtOverload>,
+    /// The (class, fan-out) group farthest above (or closest to) its SLO among those
+    /// with at least 100 completed queries: the max-load search judges every group,
+    /// the overload check every class, and a rule could hold a class while its
+    /// largest fan-out misses. Shown, not judged.
+    pub worst_group: Option<(u32, ClassAtOverload)>,
     pub rejected_pct: f64,
+}
+
+/// One class's share of an admission run.
+#[derive(Clone, Debug)]
+pub struct ClassAtOverload {
+    pub name: String,
+    /// The class's SLO percentile of its admitted queries' latency, and its SLO, ms.
+    pub quantile_ms: f64,
+    pub slo_ms: f64,
+    /// Of the class's offered queries, the share admitted: a rule that holds the
+    /// SLOs by turning one class away shows here.
+    pub accepted: f64,
+}
+
+impl ClassAtOverload {
+    /// The queries of `g` (completed and rejected) against `class`'s SLO.
+    fn of(name: String, g: &loadgen::Group, class: &SloClass) -> Self {
+        let offered = g.latencies_ns.len() as f64 + g.rejected as f64;
+        ClassAtOverload {
+            name,
+            quantile_ms: g.quantile(class.p) as f64 / 1e6,
+            slo_ms: class.slo_ns as f64 / 1e6,
+            accepted: if offered > 0.0 { g.latencies_ns.len() as f64 / offered } else { 0.0 },
+        }
+    }
+}
+
+impl std::fmt::Display for ClassAtOverload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} p99 {:.2}/{:.1} ms ({:.0}% admitted)",
+            self.name,
+            self.quantile_ms,
+            self.slo_ms,
+            100.0 * self.accepted
+        )
+    }
 }
 
 /// Max load under SLO for every scheme, real and simulated.
@@ -1136,6 +1181,7 @@ pub fn run_admission(l: &Loaded, pace: Pace, r_th: f64, offered: f64) -> Result<
         predict: a.predict,
         proportional: a.proportional,
         per_server: a.per_server,
+        reject_late: a.reject_late,
     };
     let l = &l.for_admission();
     let p = run_real(l, Scheme::TfEdfq, offered, Some(adm), pace.warmup, pace.measure)?;
@@ -1146,11 +1192,21 @@ pub fn run_admission(l: &Loaded, pace: Pace, r_th: f64, offered: f64) -> Result<
         for (&(class, _), g) in &p.report.groups {
             if class as usize == i {
                 all.latencies_ns.extend_from_slice(&g.latencies_ns);
+                all.rejected += g.rejected;
             }
         }
-        let q = all.quantile(classes[i].p) as f64 / 1e6;
-        per_class.push((c.name.clone(), q, classes[i].slo_ns as f64 / 1e6));
+        per_class.push(ClassAtOverload::of(c.name.clone(), &all, &classes[i]));
     }
+    let worst_group = p
+        .report
+        .groups
+        .iter()
+        .filter(|(_, g)| g.latencies_ns.len() >= 100)
+        .map(|(&(class, k), g)| {
+            let c = class as usize;
+            (k, ClassAtOverload::of(l.cfg.classes[c].name.clone(), g, &classes[c]))
+        })
+        .max_by(|a, b| (a.1.quantile_ms / a.1.slo_ms).total_cmp(&(b.1.quantile_ms / b.1.slo_ms)));
     let r = &p.report;
     let accepted = offered * r.tasks_admitted as f64 / r.tasks_offered.max(1) as f64;
     Ok(AdmissionResult {
@@ -1158,6 +1214,7 @@ pub fn run_admission(l: &Loaded, pace: Pace, r_th: f64, offered: f64) -> Result<
         offered_load: offered,
         accepted_load: accepted,
         classes: per_class,
+        worst_group,
         rejected_pct: 100.0 * r.rejected() as f64 / r.offered.max(1) as f64,
     })
 }
@@ -1165,7 +1222,7 @@ pub fn run_admission(l: &Loaded, pace: Pace, r_th: f64, offered: f64) -> Result<
 impl AdmissionResult {
     /// Every class's p-quantile within its SLO (per class, over all fan-outs).
     pub fn holds(&self) -> bool {
-        self.classes.iter().all(|c| c.1 <= c.2)
+        self.classes.iter().all(|c| c.quantile_ms <= c.slo_ms)
     }
 }
 
@@ -1194,8 +1251,11 @@ pub fn calibrate(
             r.offered_load,
             r.accepted_load,
             r.rejected_pct,
-            r.classes.iter().map(|c| format!("{} p99 {:.2}/{:.1} ms", c.0, c.1, c.2)).collect::<Vec<_>>().join(", ")
+            r.classes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
         ));
+        if let Some((k, g)) = &r.worst_group {
+            log(&format!("    worst group: {g} at fan-out {k}"));
+        }
         let holds = r.holds();
         results.push(r);
         if holds {

@@ -37,6 +37,7 @@ use http_body_util::Empty;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use tailor_core::dist::special::gamma_quantile;
 use tailor_core::dist::Cdf;
 use tailor_core::latency::LatencyHistogram;
 use tailor_core::pick::DistinctPicker;
@@ -130,6 +131,12 @@ pub struct AdmissionConfig {
     /// loaded unevenly (a placement, slower servers) the global ratio is an average
     /// over cool and hot servers, and the hot ones overrun before it moves.
     pub per_server: bool,
+    /// Also reject a query at once when one of its tasks would wait past its deadline at
+    /// the server it picked: the work queued ahead of the task there (in the queue's
+    /// order), at the query class's SLO percentile, overruns its budget. The ratio reacts
+    /// to misses after a window of them; this turns away only the queries that meet a
+    /// long queue, when they meet it. See [`Handler::wait_quantile`].
+    pub reject_late: bool,
 }
 
 /// The admission controllers: one for the handler, or one per server.
@@ -259,6 +266,10 @@ pub enum QueryError {
         "rejected by admission control: task deadline-miss ratio {ratio:.4} over the window exceeds R_th = {r_th}"
     )]
     Rejected { ratio: f64, r_th: f64 },
+    #[error(
+        "rejected by admission control: task server {server}'s queue ahead of this query's task holds {wait_ms:.2} ms of work (at the class's SLO percentile), past its queuing budget of {slack_ms:.2} ms"
+    )]
+    WouldMiss { server: usize, wait_ms: f64, slack_ms: f64 },
     #[error("class {class} does not exist: the handler has {classes} classes (0-based)")]
     NoSuchClass { class: u8, classes: usize },
     #[error("fanout {fanout}: must be between 1 and the {servers} task servers")]
@@ -274,6 +285,8 @@ pub enum QueryError {
 pub struct HandlerStats {
     pub admitted: AtomicU64,
     pub rejected: AtomicU64,
+    /// Of which: rejected because a task would wait past its deadline (`reject_late`).
+    pub rejected_late: AtomicU64,
     pub tasks: AtomicU64,
     pub tasks_missed: AtomicU64,
     pub task_errors: AtomicU64,
@@ -354,10 +367,12 @@ pub struct Handler {
     /// not returned, as (queue key → count); the key is what the scheme's queue
     /// orders by (deadline, class or nothing). For predicted misses.
     outstanding: Vec<Mutex<BTreeMap<Nanos, u32>>>,
-    /// Per server, the mean of its offline post-dequeue CDF (until it has learned its own).
-    offline_mean_ns: Vec<f64>,
-    /// Mean of the pooled learned CDF as of the last refresh, in ns (0: not learned yet).
-    pooled_mean_ns: AtomicU64,
+    /// Per server, the mean and variance of its offline post-dequeue CDF (until it has
+    /// learned its own), ns and ns².
+    offline_moments: Vec<(f64, f64)>,
+    /// Mean and variance of the pooled learned CDF as of the last refresh, in ns and ns²
+    /// as f64 bits (mean 0: not learned yet).
+    pooled_moments: (AtomicU64, AtomicU64),
     pub stats: HandlerStats,
 }
 
@@ -491,15 +506,17 @@ impl Handler {
             overhead: Mutex::new(LatencyHistogram::new()),
             dispatch: Mutex::new(LatencyHistogram::new()),
             outstanding: (0..n).map(|_| Mutex::new(BTreeMap::new())).collect(),
-            // One mean per distinct CDF: servers sharing the common one share its mean.
-            offline_mean_ns: {
-                let mean = |c: &SharedCdf| {
-                    (0..1000).map(|i| c.quantile((i as f64 + 0.5) / 1000.0) as f64).sum::<f64>() / 1000.0
+            // One pair per distinct CDF: servers sharing the common one share its moments.
+            offline_moments: {
+                let moments = |c: &SharedCdf| {
+                    let xs: Vec<f64> = (0..1000).map(|i| c.quantile((i as f64 + 0.5) / 1000.0) as f64).collect();
+                    let mean = xs.iter().sum::<f64>() / 1000.0;
+                    (mean, xs.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / 1000.0)
                 };
-                let common = mean(&cfg.offline);
-                offline.iter().map(|c| if Arc::ptr_eq(c, &cfg.offline) { common } else { mean(c) }).collect()
+                let common = moments(&cfg.offline);
+                offline.iter().map(|c| if Arc::ptr_eq(c, &cfg.offline) { common } else { moments(c) }).collect()
             },
-            pooled_mean_ns: AtomicU64::new(0),
+            pooled_moments: (AtomicU64::new(0), AtomicU64::new(0)),
             admission,
             central,
             picker: Mutex::new((Rng::new(cfg.seed), {
@@ -640,7 +657,9 @@ impl Handler {
             })
             .collect();
         let pooled: Option<SharedCdf> = (pool.count() >= min).then(|| Arc::new(pool.snapshot()) as SharedCdf);
-        self.pooled_mean_ns.store(if pooled.is_some() { pool.mean() as u64 } else { 0 }, Ordering::Relaxed);
+        let (mean, var) = if pooled.is_some() { (pool.mean(), pool.variance()) } else { (0.0, 0.0) };
+        self.pooled_moments.0.store(mean.to_bits(), Ordering::Relaxed);
+        self.pooled_moments.1.store(var.to_bits(), Ordering::Relaxed);
         let on_own = own.iter().filter(|c| c.is_some()).count();
         self.stats.servers_on_own_cdf.store(on_own as u64, Ordering::Relaxed);
         self.stats
@@ -746,7 +765,6 @@ impl Handler {
                 return Err(QueryError::Rejected { ratio, r_th });
             }
         }
-        self.stats.admitted.fetch_add(1, Ordering::Relaxed);
         let slo_ns = q.slo_ns.unwrap_or(class.slo_ns);
         let budget_ns = match self.cfg.scheme {
             Scheme::TEdfq => slo_ns as i64,
@@ -754,6 +772,17 @@ impl Handler {
         };
         let deadline = if budget_ns >= 0 { t0 + budget_ns as Nanos } else { t0 };
         let ctx = Context { gat: t0, deadline, class: q.class, fanout: q.fanout, hop: 1 };
+        if self.cfg.admission.is_some_and(|a| a.reject_late) {
+            let now = wall_ns();
+            if let Some((server, wait, slack)) =
+                self.late_server(&servers, self.queue_key(&ctx), now, deadline, class.p)
+            {
+                self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                self.stats.rejected_late.fetch_add(1, Ordering::Relaxed);
+                return Err(QueryError::WouldMiss { server, wait_ms: wait as f64 / 1e6, slack_ms: slack as f64 / 1e6 });
+            }
+        }
+        self.stats.admitted.fetch_add(1, Ordering::Relaxed);
         let (missed, _, slowest) = self.fan_out_to(ctx, servers).await?;
         Ok(QueryOutcome {
             latency_ns: started.elapsed().as_nanos() as Nanos,
@@ -1004,6 +1033,20 @@ impl Handler {
         }
     }
 
+    /// Mean and variance of server `s`'s post-dequeue time (ns, ns²): its own learned
+    /// CDF's, the pool's or the offline one's, as the planner picks.
+    fn service_moments(&self, s: usize) -> (f64, f64) {
+        let h = self.learned[s].lock().expect("histogram poisoned");
+        let pooled = f64::from_bits(self.pooled_moments.0.load(Ordering::Relaxed));
+        if h.count() >= self.cfg.min_samples {
+            (h.mean(), h.variance())
+        } else if pooled > 0.0 {
+            (pooled, f64::from_bits(self.pooled_moments.1.load(Ordering::Relaxed)))
+        } else {
+            self.offline_moments[s]
+        }
+    }
+
     /// Expected wait of a task that has `ahead` tasks before it at server `s`
     /// (the one in service among them, half done on average): (ahead − ½) ×
     /// the server's mean post-dequeue time (its own, the pool's or the offline
@@ -1014,18 +1057,41 @@ impl Handler {
         if ahead == 0 {
             return 0;
         }
-        let mean = {
-            let h = self.learned[s].lock().expect("histogram poisoned");
-            let pooled = self.pooled_mean_ns.load(Ordering::Relaxed);
-            if h.count() >= self.cfg.min_samples {
-                h.mean()
-            } else if pooled > 0 {
-                pooled as f64
-            } else {
-                self.offline_mean_ns[s]
-            }
-        };
-        ((ahead as f64 - 0.5) * mean) as Nanos
+        ((ahead as f64 - 0.5) * self.service_moments(s).0) as Nanos
+    }
+
+    /// The p-quantile of the wait of a task that has `ahead` tasks before it at
+    /// server `s`: a sum of `ahead` post-dequeue times (the one in service half
+    /// done: mean (ahead − ½) × the server's mean, variance ahead × its variance),
+    /// as a gamma of that mean and variance (core's `gamma_quantile`). Later
+    /// tasks with earlier deadlines can still overtake, so this too errs low;
+    /// `reject_late` uses it at the class's SLO percentile.
+    pub fn wait_quantile(&self, s: usize, ahead: u32, p: f64) -> Nanos {
+        if ahead == 0 {
+            return 0;
+        }
+        let (mean, var) = self.service_moments(s);
+        gamma_quantile((ahead as f64 - 0.5) * mean, ahead as f64 * var, p) as Nanos
+    }
+
+    /// The first of `servers` at which a task keyed `key` with deadline `deadline`
+    /// would, at the p-quantile of its wait ([`Handler::wait_quantile`]), leave the
+    /// queue after the deadline: (server, wait, time left to the deadline).
+    fn late_server(
+        &self,
+        servers: &[usize],
+        key: Nanos,
+        now: Nanos,
+        deadline: Nanos,
+        p: f64,
+    ) -> Option<(usize, Nanos, Nanos)> {
+        let slack = deadline.saturating_sub(now);
+        servers.iter().find_map(|&s| {
+            let ahead: u32 =
+                self.outstanding[s].lock().expect("outstanding poisoned").range(..=key).map(|(_, &c)| c).sum();
+            let wait = self.wait_quantile(s, ahead, p);
+            (wait > slack).then_some((s, wait, slack))
+        })
     }
 
     fn release_next(&self, q: &mut CentralQueue) {

@@ -212,7 +212,9 @@ pub async fn run(handler: Arc<Handler>, timer: Arc<PreciseTimer>, spec: &RunSpec
                         });
                     }
                 }
-                Err(QueryError::Rejected { .. }) => r.groups.entry((class, group)).or_default().rejected += 1,
+                Err(QueryError::Rejected { .. } | QueryError::WouldMiss { .. }) => {
+                    r.groups.entry((class, group)).or_default().rejected += 1
+                }
                 Err(_) => r.errors += 1,
             }
         });

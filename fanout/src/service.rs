@@ -79,10 +79,11 @@ async fn handle(h: Arc<Handler>, req: Request<Incoming>) -> Result<Response<Full
         return Ok(text(
             StatusCode::OK,
             format!(
-                "admitted {}\nrejected {}\ntasks {}\ntasks_missed {}\ntask_errors {}\nmiss_ratio {:.6}\n\
+                "admitted {}\nrejected {}\nrejected_late {}\ntasks {}\ntasks_missed {}\ntask_errors {}\nmiss_ratio {:.6}\n\
                  planner_refreshes {}\nservers_on_own_cdf {}\nservers_on_pooled_cdf {}\n",
                 s.admitted.load(Ordering::Relaxed),
                 s.rejected.load(Ordering::Relaxed),
+                s.rejected_late.load(Ordering::Relaxed),
                 s.tasks.load(Ordering::Relaxed),
                 s.tasks_missed.load(Ordering::Relaxed),
                 s.task_errors.load(Ordering::Relaxed),
@@ -121,7 +122,7 @@ async fn handle(h: Arc<Handler>, req: Request<Incoming>) -> Result<Response<Full
             r.headers_mut().insert("tailor-tasks-missed", out.tasks_missed.into());
             Ok(r)
         }
-        Err(e @ QueryError::Rejected { .. }) => {
+        Err(e @ (QueryError::Rejected { .. } | QueryError::WouldMiss { .. })) => {
             let mut r = text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"));
             r.headers_mut().insert(REJECTED, http::HeaderValue::from_static("admission"));
             Ok(r)

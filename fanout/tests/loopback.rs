@@ -303,6 +303,39 @@ fn predicted_misses_reject_within_the_burst_that_causes_them() {
     }
 }
 
+/// `--reject-late`: with a miss ratio that never rejects (R_th = 1), a burst of 30
+/// fan-out-2 queries onto a 20 ms server (40 ms of queuing budget: about two tasks' worth)
+/// admits the few that fit and turns the rest away at once with the reason, so the
+/// admitted ones never meet the 600 ms queue an unchecked burst builds; once the queue
+/// has drained, queries are admitted again.
+#[test]
+fn late_tasks_are_rejected_at_once_while_their_queue_is_long() {
+    let servers = start(&["servers", "--count", "2", "--policy", "edf", "--service-fixed-ms", "20"]);
+    let list = format!("{},{}", servers.addrs[0], servers.addrs[1]);
+    let handler = admission_handler(&list, &["--r-th", "1.0", "--reject-late", "true"]);
+    let h = handler.addrs[0];
+    let query = move || http(h, "POST", "/query", &[("tailor-fanout", "2".into())]);
+    assert_eq!(query().status, 200, "an idle system admits");
+    let burst: Vec<_> = (0..30).map(|_| std::thread::spawn(query)).collect();
+    let replies: Vec<_> = burst.into_iter().map(|b| b.join().unwrap()).collect();
+    let admitted: Vec<_> = replies.iter().filter(|r| r.status == 200).collect();
+    let rejected: Vec<_> = replies.iter().filter(|r| r.status == 503).collect();
+    assert_eq!(admitted.len() + rejected.len(), 30, "every query answered 200 or 503");
+    assert!(!admitted.is_empty(), "the queries that fit the budget are admitted");
+    assert!(rejected.len() >= 15, "{} of 30 rejected: about two tasks' worth fit", rejected.len());
+    for r in &rejected {
+        assert_eq!(r.header("tailor-rejected"), Some("admission"));
+        assert!(r.body.contains("queue ahead of this query's task"), "{}", r.body);
+    }
+    let worst_ms =
+        admitted.iter().map(|r| r.header("tailor-latency-ns").unwrap().parse::<u64>().unwrap()).max().unwrap()
+            / 1_000_000;
+    assert!(worst_ms < 300, "the admitted queries met a short queue: the slowest took {worst_ms} ms");
+    assert_eq!(stat(h, "rejected_late"), rejected.len() as u64);
+    assert_eq!(stat(h, "rejected"), rejected.len() as u64, "the ratio (R_th = 1) rejected nothing");
+    wait_until("admission to recover", || query().status == 200);
+}
+
 /// One slow server (20 ms a task) and one fast (1 ms). A burst of fan-out-2 queries
 /// overloads only the slow one. Afterwards fan-out-1 queries that land on the fast server
 /// are still admitted with `--per-server-admission` (its own miss ratio is 0), while the

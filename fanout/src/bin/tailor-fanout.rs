@@ -134,6 +134,7 @@ fn handler(f: &HashMap<String, String>) -> Result<(), String> {
             predict: get(f, "predict-misses", Some(false))?,
             proportional: get(f, "proportional", Some(false))?,
             per_server: get(f, "per-server-admission", Some(false))?,
+            reject_late: get(f, "reject-late", Some(false))?,
         }),
         None => None,
     };
