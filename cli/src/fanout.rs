@@ -115,7 +115,7 @@ fn run_demo(a: DemoArgs) -> Result<(), String> {
                 }
             };
             out += &format!(
-                "\nadmission control, TF-EDFQ, {:?} queuing{}, at {overload}× its max load {tf:.3}\n\n| R_th | offered | accepted | accepted / max | rejected | per-class p99 / SLO (ms) (admitted) | holds | worst (class, fan-out) group |\n|---:|---:|---:|---:|---:|---|---|---|\n",
+                "\nadmission control, TF-EDFQ, {:?} queuing{}, at {overload}× its max load {tf:.3}\n\n| R_th | side | offered | accepted | accepted / max | rejected | per-class p99 / SLO (ms) (admitted) | holds | worst (class, fan-out) group |\n|---:|---|---:|---:|---:|---:|---|---|---|\n",
                 adm.cfg.queuing,
                 two.cfg.admission.as_ref().map_or(String::new(), |x| {
                     [
@@ -130,9 +130,10 @@ fn run_demo(a: DemoArgs) -> Result<(), String> {
                     .collect()
                 })
             );
-            for x in &r {
-                out += &format!(
-                    "| {:.4} | {:.3} | {:.3} | {:.0}% | {:.1}% | {} | {} | {} |\n",
+            let share = |a: f64| if a.is_nan() { String::new() } else { format!(" ({:.0}%)", 100.0 * a) };
+            let row = |side: &str, x: &demo::AdmissionResult| {
+                format!(
+                    "| {:.4} | {side} | {:.3} | {:.3} | {:.0}% | {:.1}% | {} | {} | {} |\n",
                     x.r_th,
                     x.offered_load,
                     x.accepted_load,
@@ -140,25 +141,26 @@ fn run_demo(a: DemoArgs) -> Result<(), String> {
                     x.rejected_pct,
                     x.classes
                         .iter()
-                        .map(|c| format!(
-                            "{} {:.2}/{:.1} ({:.0}%)",
-                            c.name,
-                            c.quantile_ms,
-                            c.slo_ms,
-                            100.0 * c.accepted
-                        ))
+                        .map(|c| format!("{} {:.2}/{:.1}{}", c.name, c.quantile_ms, c.slo_ms, share(c.accepted)))
                         .collect::<Vec<_>>()
                         .join(", "),
                     if x.holds() { "yes" } else { "no" },
                     x.worst_group.as_ref().map_or("—".into(), |(k, g)| format!(
-                        "{}, {k}: {:.2}/{:.1} ({:.0}%)",
+                        "{}, {k}: {:.2}/{:.1}{}",
                         g.name,
                         g.quantile_ms,
                         g.slo_ms,
-                        100.0 * g.accepted
+                        share(g.accepted)
                     ))
-                );
+                )
+            };
+            for x in &r {
+                out += &row("real", x);
+                if let Some(sim) = &x.simulated {
+                    out += &row("sim", sim);
+                }
             }
+            out += "\n(sim: the same configuration in the simulator with the overhead the real run measured; it models the miss ratio (a miss counted at dequeue) and `reject_late`, not `predict`, `proportional` or `per_server`.)\n";
         }
     }
     println!("{out}");

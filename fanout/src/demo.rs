@@ -23,7 +23,7 @@ use tailor_core::latency::LatencyHistogram;
 use tailor_core::policy::PolicySpec;
 use tailor_core::tailguard::{BudgetSplit, SharedCdf, SloClass};
 use tailor_core::time::{from_millis_f64, Nanos};
-use tailor_sim::model::Overrides;
+use tailor_sim::model::{LoadOverride, Model, Overrides};
 use tailor_sim::scenario::Scenario;
 
 use crate::handler::{AdmissionConfig, Handler, HandlerConfig, Overhead, Queuing, Scheme};
@@ -1058,6 +1058,10 @@ pub struct AdmissionResult {
     /// largest fan-out misses. Shown, not judged.
     pub worst_group: Option<(u32, ClassAtOverload)>,
     pub rejected_pct: f64,
+    /// Per-task overhead measured on the real run (what [`sim_admission`] adds).
+    pub overhead: Overhead,
+    /// The same check in the simulator ([`sim_admission`]; [`run_admission`] runs it).
+    pub simulated: Option<Box<AdmissionResult>>,
 }
 
 /// One class's share of an admission run.
@@ -1068,7 +1072,7 @@ pub struct ClassAtOverload {
     pub quantile_ms: f64,
     pub slo_ms: f64,
     /// Of the class's offered queries, the share admitted: a rule that holds the
-    /// SLOs by turning one class away shows here.
+    /// SLOs by turning one class away shows here. NaN where unknown (a simulated group).
     pub accepted: f64,
 }
 
@@ -1087,14 +1091,11 @@ impl ClassAtOverload {
 
 impl std::fmt::Display for ClassAtOverload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} p99 {:.2}/{:.1} ms ({:.0}% admitted)",
-            self.name,
-            self.quantile_ms,
-            self.slo_ms,
-            100.0 * self.accepted
-        )
+        write!(f, "{} p99 {:.2}/{:.1} ms", self.name, self.quantile_ms, self.slo_ms)?;
+        if !self.accepted.is_nan() {
+            write!(f, " ({:.0}% admitted)", 100.0 * self.accepted)?;
+        }
+        Ok(())
     }
 }
 
@@ -1167,7 +1168,8 @@ pub fn run_schemes(
     Ok(out)
 }
 
-/// Runs TF-EDFQ with admission control at `offered` load and R_th.
+/// Runs TF-EDFQ with admission control at `offered` load and R_th, then the same in
+/// the simulator with the overhead the real run measured ([`sim_admission`]).
 pub fn run_admission(l: &Loaded, pace: Pace, r_th: f64, offered: f64) -> Result<AdmissionResult, crate::Error> {
     let a = l
         .cfg
@@ -1216,6 +1218,82 @@ pub fn run_admission(l: &Loaded, pace: Pace, r_th: f64, offered: f64) -> Result<
         classes: per_class,
         worst_group,
         rejected_pct: 100.0 * r.rejected() as f64 / r.offered.max(1) as f64,
+        overhead: p.overhead.clone(),
+        simulated: Some(Box::new(sim_admission(l, r_th, offered, Some(HopDelay::from_measured(&p.overhead)))?)),
+    })
+}
+
+/// Simulated queries per admission check: enough for a fan-out-32 group's p99 at 1.5×.
+const SIM_ADMISSION_REQUESTS: u64 = 300_000;
+
+/// The overload check in the simulator: the config's scenario under TF-EDFQ (with
+/// `delay`, the per-task overhead measured on the real run, on each hop) at `offered`,
+/// with the config's `[admission]` window and `reject_late` and R_th `r_th`. The
+/// simulator has the paper's ratio (a miss counted when the task is dequeued) and
+/// `reject_late`; not `predict`, `proportional` or `per_server`, which the real run may
+/// add. Accepted load counts tasks, as on the real side.
+pub fn sim_admission(
+    l: &Loaded,
+    r_th: f64,
+    offered: f64,
+    delay: Option<HopDelay>,
+) -> Result<AdmissionResult, crate::Error> {
+    let a = l
+        .cfg
+        .admission
+        .as_ref()
+        .ok_or_else(|| crate::Error::Config(format!("{}: needs an [admission] section", l.cfg.name)))?;
+    let l = &l.for_admission();
+    let scenario = sim_scenario_toml(l, Scheme::TfEdfq, delay)?;
+    let text = format!(
+        "{}\n[admission]\nr_th = {r_th}\nwindow_ms = {}\nreject_late = {}\n",
+        scenario.text,
+        a.window_ms * l.cfg.time_scale,
+        a.reject_late
+    );
+    let path = l.base_dir.join(format!("{}-sim-admission.toml", l.cfg.name));
+    let loaded =
+        Scenario::from_toml(&text, &path).map_err(|e| crate::Error::Config(format!("simulator scenario: {e}")))?;
+    let ov = Overrides {
+        load: Some(LoadOverride::Utilization(offered)),
+        requests: Some(SIM_ADMISSION_REQUESTS),
+        warmup: Some(SIM_ADMISSION_REQUESTS / 10),
+        ..Default::default()
+    };
+    let model = Model::build(&loaded, &ov).map_err(|e| crate::Error::Config(format!("simulator: {e}")))?;
+    let rec = tailor_sim::engine::run(&model).0;
+    let s = rec.summarize();
+    let class_of = |name: &str, count: u64, rejected: u64, tail_ms: f64, slo_ms: f64| ClassAtOverload {
+        name: name.to_string(),
+        quantile_ms: tail_ms,
+        slo_ms,
+        accepted: if count + rejected > 0 { count as f64 / (count + rejected) as f64 } else { 0.0 },
+    };
+    let classes = s
+        .per_class
+        .iter()
+        .map(|c| class_of(&c.class, c.count, c.rejected, c.tail_ms, c.slo_ms.unwrap_or(f64::INFINITY)))
+        .collect();
+    // Rejections are counted per class, not per (class, fan-out): a group's admitted share is unknown.
+    let worst_group = s
+        .per_class_fanout
+        .iter()
+        .filter(|g| g.count >= 100)
+        .max_by(|x, y| (x.tail_ms / x.slo_ms).total_cmp(&(y.tail_ms / y.slo_ms)))
+        .map(|g| {
+            (g.fanout, ClassAtOverload { accepted: f64::NAN, ..class_of(&g.class, g.count, 0, g.tail_ms, g.slo_ms) })
+        });
+    let tasks_admitted: u64 = rec.fanout.iter().map(|&k| k as u64).sum();
+    let tasks_offered = s.offered as f64 * l.mix().mean_fanout();
+    Ok(AdmissionResult {
+        r_th,
+        offered_load: offered,
+        accepted_load: if tasks_offered > 0.0 { offered * tasks_admitted as f64 / tasks_offered } else { 0.0 },
+        classes,
+        worst_group,
+        rejected_pct: s.rejected_pct,
+        overhead: Overhead::default(),
+        simulated: None,
     })
 }
 
@@ -1255,6 +1333,16 @@ pub fn calibrate(
         ));
         if let Some((k, g)) = &r.worst_group {
             log(&format!("    worst group: {g} at fan-out {k}"));
+        }
+        if let Some(sim) = &r.simulated {
+            log(&format!(
+                "    simulated (ratio{}): accepted {:.3} ({:.1}% rejected), {}{}",
+                if a.reject_late { " + reject_late" } else { "" },
+                sim.accepted_load,
+                sim.rejected_pct,
+                sim.classes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", "),
+                sim.worst_group.as_ref().map_or(String::new(), |(k, g)| format!("; worst group: {g} at fan-out {k}"))
+            ));
         }
         let holds = r.holds();
         results.push(r);
@@ -1349,6 +1437,26 @@ mod tests {
         assert!(Path::new(&table).exists(), "{table}");
         drop(scenario);
         assert!(!Path::new(&table).exists(), "{table} left behind");
+    }
+
+    /// The simulated overload check on the testbed shape at 1.5× its max load (0.44):
+    /// with `reject_late` (the shipped config) every class holds while more than the max
+    /// load is accepted; with the ratio alone at the same R_th class C misses. The
+    /// simulator is deterministic, so these are exact repeats, not samples.
+    #[test]
+    fn simulated_admission_carries_reject_late_and_holds_the_testbed_shape() {
+        let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/testbed-shape.toml"));
+        let l = Loaded::load(path).expect("testbed config");
+        assert!(l.cfg.admission.as_ref().unwrap().reject_late, "the shipped config rejects late tasks");
+        let with = sim_admission(&l, 0.04, 0.66, None).unwrap();
+        assert!(with.holds(), "{:?}", with.classes);
+        assert!(with.accepted_load > 0.44, "accepts more than the max load: {}", with.accepted_load);
+        let c = with.classes.iter().find(|c| c.name == "C").unwrap();
+        assert!(c.accepted > 0.5 && c.accepted < 0.95, "fan-out-32 queries are the ones turned away: {}", c.accepted);
+        let mut ratio_only = l.clone();
+        ratio_only.cfg.admission.as_mut().unwrap().reject_late = false;
+        let without = sim_admission(&ratio_only, 0.04, 0.66, None).unwrap();
+        assert!(!without.holds(), "the ratio alone does not hold class C: {:?}", without.classes);
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //! event times are broken by insertion order.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
+use tailor_core::dist::special::gamma_quantile;
 use tailor_core::pick::DistinctPicker;
 use tailor_core::rng::{CounterRng, RandomSource};
 use tailor_core::tailguard::AdmissionController;
@@ -271,6 +272,8 @@ pub struct RunStats {
     pub end_time: Nanos,
     pub noise_stolen: Nanos,
     pub preemptions: u64,
+    /// Requests turned away by `[admission] reject_late` (warm-up and measured alike).
+    pub rejected_late: u64,
 }
 
 /// Runs one simulation of `model` to completion of its measured requests.
@@ -337,6 +340,7 @@ pub fn lone_path_applies(m: &Model) -> bool {
         && m.network.is_none()
         && m.noise.is_none()
         && m.in_flight_cap.is_none()
+        && !m.reject_late
 }
 
 /// Most instance sets whose budget the engine remembers ([`Model::placement_budget`]).
@@ -374,6 +378,8 @@ struct Engine<'m> {
     edge_queue: VecDeque<u32>,
     in_flight: u64,
     admission: Option<AdmissionController>,
+    /// `[admission] reject_late`: what every node has been sent and not yet finished.
+    late: Option<LateCheck>,
     noise_rng: Rng,
     /// The key of the per-request streams: request `i` draws from `CounterRng::stream(request_key, i)`.
     request_key: u64,
@@ -389,6 +395,96 @@ struct Engine<'m> {
     class_pickers: Vec<Vec<Option<DistinctPicker>>>,
     /// Budgets of the placements seen so far, keyed [class, service, sorted instances...].
     placement_budgets: std::collections::HashMap<Vec<u32>, Option<Nanos>>,
+}
+
+/// The query handler's `reject_late` in the model: per node, the tasks sent to it and
+/// not yet completed, keyed by what its queue orders by, as the handler keeps them.
+struct LateCheck {
+    /// Per node: queue key → tasks.
+    outstanding: Vec<BTreeMap<Nanos, u32>>,
+    /// Per node: how its policy orders (what counts as ahead of a new task).
+    order: Vec<QueueOrder>,
+    /// Per service: mean and variance of its service time, ns and ns².
+    moments: Vec<(f64, f64)>,
+}
+
+/// What a node's queue orders by, for counting the tasks ahead of a new one.
+#[derive(Clone, Copy)]
+enum QueueOrder {
+    Deadline,
+    Class,
+    /// Any other policy: every task sent there counts as ahead.
+    Arrival,
+}
+
+impl LateCheck {
+    fn new(m: &Model) -> Self {
+        LateCheck {
+            outstanding: vec![BTreeMap::new(); m.nodes.len()],
+            order: m
+                .nodes
+                .iter()
+                .map(|n| match n.policy {
+                    PolicySpec::Edf => QueueOrder::Deadline,
+                    PolicySpec::Priq => QueueOrder::Class,
+                    _ => QueueOrder::Arrival,
+                })
+                .collect(),
+            moments: m
+                .services
+                .iter()
+                .map(|s| {
+                    let mean = s.service_time.mean_ns();
+                    // An infinite variance (a Pareto with α ≤ 2) is taken as an exponential's.
+                    (mean, s.service_time.variance_ns2().filter(|v| v.is_finite()).unwrap_or(mean * mean))
+                })
+                .collect(),
+        }
+    }
+
+    fn key(&self, node: usize, deadline: Nanos, class: u8) -> Nanos {
+        match self.order[node] {
+            QueueOrder::Deadline => deadline,
+            QueueOrder::Class => class as Nanos,
+            QueueOrder::Arrival => 0,
+        }
+    }
+
+    fn sent(&mut self, node: usize, key: Nanos) {
+        *self.outstanding[node].entry(key).or_default() += 1;
+    }
+
+    fn done(&mut self, node: usize, key: Nanos) {
+        let out = &mut self.outstanding[node];
+        if let Some(c) = out.get_mut(&key) {
+            *c -= 1;
+            if *c == 0 {
+                out.remove(&key);
+            }
+        }
+    }
+
+    /// The p-quantile of the wait of a task keyed `key` at `node` (`cores` CPUs, service
+    /// time moments `(mean, var)` × `scale`): the tasks ahead beyond the CPUs leave one per
+    /// mean / cores, the one in service half done, summed as a gamma (the handler's
+    /// `wait_quantile`, which is this with one CPU).
+    fn wait(&self, node: usize, key: Nanos, cores: usize, (mean, var): (f64, f64), scale: f64, p: f64) -> Nanos {
+        let ahead: u32 = self.outstanding[node].range(..=key).map(|(_, &c)| c).sum();
+        if (ahead as usize) < cores {
+            return 0;
+        }
+        let n = (ahead as usize - cores + 1) as f64;
+        let c = cores as f64;
+        gamma_quantile((n - 0.5) * mean * scale / c, n * var * scale * scale / (c * c), p) as Nanos
+    }
+}
+
+/// A stage's activation, picked but not yet sent: its fan-out, instances and deadline.
+struct Picked {
+    k: u32,
+    /// The instances (empty for a single-instance service).
+    chosen: Vec<u32>,
+    deadline: Nanos,
 }
 
 impl<'m> Engine<'m> {
@@ -461,6 +557,7 @@ impl<'m> Engine<'m> {
             admission: m.admission.map(|(r_th, window)| {
                 AdmissionController::new(r_th, window).expect("admission parameters validated when the scenario loaded")
             }),
+            late: m.reject_late.then(|| LateCheck::new(m)),
             noise_rng: Rng::derive(m.seed, STREAM_NOISE),
             request_key: Rng::derive(m.seed, STREAM_REQUEST).next_u64(),
             rec: Recorder::new(m),
@@ -746,9 +843,6 @@ impl<'m> Engine<'m> {
                 return;
             }
         }
-        if measured {
-            self.rec.admitted();
-        }
         let req = self.reqs.insert(Request {
             index,
             gat: self.now,
@@ -759,6 +853,32 @@ impl<'m> Engine<'m> {
             demand: 0,
             rng,
         });
+        if self.late.is_some() {
+            // One root stage and no in-flight cap (checked when the model was built): pick
+            // the root activation now, and send it only if no task of it would be late.
+            let stage = self.m.roots[0];
+            let picked = self.pick_activation(req, stage);
+            if self.would_be_late(stage, class, &picked) {
+                self.scratch = picked.chosen;
+                self.reqs.free(req);
+                self.stats.rejected_late += 1;
+                if measured {
+                    self.rec.rejected(class);
+                    self.measured_left -= 1;
+                }
+                return;
+            }
+            if measured {
+                self.rec.admitted();
+            }
+            self.in_flight += 1;
+            let gat = self.now;
+            self.send_activation(req, stage, gat, picked);
+            return;
+        }
+        if measured {
+            self.rec.admitted();
+        }
         match self.m.in_flight_cap {
             Some(cap) if self.in_flight >= cap => self.edge_queue.push_back(req),
             _ => self.start(req),
@@ -777,11 +897,32 @@ impl<'m> Engine<'m> {
     /// Starts one activation of `stage` for `req`: picks the fanout and the
     /// instances, samples each task's demand and sends the tasks.
     fn activate(&mut self, req: u32, stage: usize, ideal_start: Nanos) {
+        let picked = self.pick_activation(req, stage);
+        self.send_activation(req, stage, ideal_start, picked);
+    }
+
+    /// Whether a task of `picked` would, at its class's SLO percentile, wait past its
+    /// deadline behind what its instance has been sent ([`LateCheck::wait`]).
+    fn would_be_late(&self, stage: usize, class: u8, picked: &Picked) -> bool {
+        let (Some(late), m) = (&self.late, self.m) else { return false };
+        let svc = &m.services[m.stages[stage].service];
+        let p = m.classes[class as usize].percentile / 100.0;
+        let slack = picked.deadline.saturating_sub(self.now);
+        let instances: &[u32] = if picked.chosen.is_empty() { &[0] } else { &picked.chosen };
+        instances.iter().any(|&inst| {
+            let node = svc.first_node + inst as usize;
+            let scale = svc.instance_scale.get(inst as usize).copied().unwrap_or(1.0);
+            let key = late.key(node, picked.deadline, class);
+            late.wait(node, key, m.nodes[node].cores, late.moments[m.stages[stage].service], scale, p) > slack
+        })
+    }
+
+    /// The fan-out, instances and deadline of `req`'s activation of `stage`.
+    fn pick_activation(&mut self, req: u32, stage: usize) -> Picked {
         let m = self.m;
         let st = &m.stages[stage];
         let svc = &m.services[st.service];
         let r = self.reqs.get_mut(req);
-        let (gat, measured) = (r.gat, self.measured.contains(&r.index));
         let k = match st.fanout_of(r.class) {
             Fanout::Fixed(k) => *k,
             Fanout::Table { values, cumulative } => {
@@ -789,8 +930,6 @@ impl<'m> Engine<'m> {
                 values[cumulative.iter().position(|&c| u < c).unwrap_or(values.len() - 1)]
             }
         };
-        r.fanout = r.fanout.max(k);
-        r.outstanding += 1;
         let class = r.class;
         // k distinct instances out of `instances`, as the fan-out handler picks
         // them; a single-instance service needs no list (the common case).
@@ -833,6 +972,21 @@ impl<'m> Engine<'m> {
             Some(b) => self.now.saturating_add(b),
             None => NEVER,
         };
+        Picked { k, chosen, deadline }
+    }
+
+    /// Samples each task's demand and sends the tasks of an activation picked by
+    /// [`Engine::pick_activation`].
+    fn send_activation(&mut self, req: u32, stage: usize, ideal_start: Nanos, picked: Picked) {
+        let m = self.m;
+        let st = &m.stages[stage];
+        let svc = &m.services[st.service];
+        let Picked { k, chosen, deadline } = picked;
+        let single = svc.instances == 1;
+        let r = self.reqs.get_mut(req);
+        r.fanout = r.fanout.max(k);
+        r.outstanding += 1;
+        let (gat, class, measured) = (r.gat, r.class, self.measured.contains(&r.index));
         let act = self.acts.insert(Activation { req, stage: stage as u32, pending: k, ideal_end: ideal_start });
         let gate = self.service_gate[st.service];
         let instances: &[u32] = if single { &[0] } else { &chosen };
@@ -851,6 +1005,9 @@ impl<'m> Engine<'m> {
             let a = self.acts.get_mut(act);
             a.ideal_end = a.ideal_end.max(ideal_start + delay + demand + ret);
             let node = (svc.first_node + inst as usize) as u32;
+            if let Some(late) = &mut self.late {
+                late.sent(node as usize, late.key(node as usize, deadline, class));
+            }
             let task = self.tasks.insert(Task {
                 act,
                 node,
@@ -963,6 +1120,9 @@ impl<'m> Engine<'m> {
             self.sync(node, true);
         }
         let t = self.tasks.remove(task);
+        if let Some(late) = &mut self.late {
+            late.done(node, late.key(node, t.deadline, t.class));
+        }
         if t.gate != NO_GATE {
             let g = &mut self.gates[t.gate as usize];
             g.policy.complete(self.now, task as u64);

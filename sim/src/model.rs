@@ -188,6 +188,8 @@ pub struct Model {
     pub instance_cdfs: Vec<Vec<Scaled>>,
     /// (r_th, window).
     pub admission: Option<(f64, Nanos)>,
+    /// `[admission] reject_late`: turn a request away when a root task would wait past its deadline.
+    pub reject_late: bool,
     /// Every node: service instances with CPUs of their own, then hosts.
     pub nodes: Vec<NodeModel>,
 }
@@ -436,8 +438,15 @@ impl Model {
             infeasible: Vec::new(),
             instance_cdfs: Vec::new(),
             admission: sc.admission.as_ref().map(|a| (a.r_th, from_millis_f64(a.window_ms))),
+            reject_late: sc.admission.as_ref().is_some_and(|a| a.reject_late),
             nodes,
         };
+        if model.reject_late && (model.roots.len() != 1 || model.in_flight_cap.is_some()) {
+            return Err(model_err(
+                file,
+                "[admission] reject_late checks a request's tasks when it arrives: it needs exactly one root stage and no [load] in_flight_cap",
+            ));
+        }
         model.plan_budgets(sc.deadlines.rut_file.as_ref().map(|f| base.join(f)).as_deref(), file)?;
         Ok(model)
     }

@@ -424,6 +424,11 @@ pub struct AdmissionSpec {
     pub r_th: f64,
     /// Moving window over which the ratio is measured.
     pub window_ms: f64,
+    /// Also reject a request at once when one of its tasks would, at its class's SLO
+    /// percentile, wait past its deadline behind the tasks already sent to the instance it
+    /// picked (the query handler's `reject_late`). Needs one root stage and no in-flight cap.
+    #[serde(default)]
+    pub reject_late: bool,
 }
 
 /// Loads and policies to sweep. Each point is a full run with the scenario's seed.
@@ -755,8 +760,8 @@ impl Scenario {
             p.push("[deadlines] mode needs SLOs: give `slo_ms` in at least one [[class]]".into());
         }
         if let Some(a) = &self.admission {
-            if !(a.r_th.is_finite() && (0.0..1.0).contains(&a.r_th)) {
-                p.push(format!("[admission] r_th = {}: must be in [0, 1)", a.r_th));
+            if !(a.r_th.is_finite() && (0.0..=1.0).contains(&a.r_th)) {
+                p.push(format!("[admission] r_th = {}: must be in [0, 1] (1: the ratio never rejects)", a.r_th));
             }
             if !(a.window_ms.is_finite() && a.window_ms > 0.0) {
                 p.push(format!("[admission] window_ms = {}: must be positive", a.window_ms));

@@ -47,6 +47,36 @@ pub fn mm1_response_quantile(lambda: f64, mu: f64, p: f64) -> f64 {
     -(-p).ln_1p() / (mu - lambda)
 }
 
+// === M/M/1/K (a finite queue) ===
+
+/// Blocking probability of an M/M/1/K queue (at most `k` requests in the system,
+/// arrivals that find `k` are turned away) with `ρ = λ/μ`:
+/// `P_K = (1−ρ)ρ^K / (1−ρ^{K+1})`, and `1/(K+1)` at ρ = 1. By PASTA it is also the
+/// share of arrivals turned away.
+///
+/// Source: [Gross & Harris] §2.5; [Kleinrock I] §3.6.
+pub fn mm1k_blocking(rho: f64, k: u32) -> f64 {
+    assert!(rho > 0.0 && rho.is_finite(), "ρ must be finite and > 0, got {rho}");
+    assert!(k >= 1, "the system must hold at least one request");
+    if (rho - 1.0).abs() < 1e-12 {
+        return 1.0 / (k as f64 + 1.0);
+    }
+    (1.0 - rho) * rho.powi(k as i32) / (1.0 - rho.powi(k as i32 + 1))
+}
+
+/// Mean response time of the requests an M/M/1/K queue admits: Little's law on the
+/// mean number in system `L = ρ/(1−ρ) − (K+1)ρ^{K+1}/(1−ρ^{K+1})` and the admitted
+/// rate `λ(1 − P_K)`.
+///
+/// Source: [Gross & Harris] §2.5.
+pub fn mm1k_mean_response(lambda: f64, mu: f64, k: u32) -> f64 {
+    check_rates(lambda, mu);
+    let rho = lambda / mu;
+    assert!((rho - 1.0).abs() > 1e-12, "ρ = 1 needs the limit L = K/2; not needed here");
+    let l = rho / (1.0 - rho) - (k as f64 + 1.0) * rho.powi(k as i32 + 1) / (1.0 - rho.powi(k as i32 + 1));
+    l / (lambda * (1.0 - mm1k_blocking(rho, k)))
+}
+
 // === M/M/c (Erlang C) ===
 
 /// Erlang B: the blocking probability of an M/M/c/c loss system with offered
@@ -368,6 +398,23 @@ mod tests {
     fn assert_close(actual: f64, expected: f64, rel: f64) {
         let err = (actual - expected).abs() / expected.abs().max(f64::MIN_POSITIVE);
         assert!(err <= rel, "got {actual}, expected {expected} (relative error {err:e} > {rel:e})");
+    }
+
+    // --- M/M/1/K: against the M/M/1/1 loss system and the M/M/1 limit ---
+
+    #[test]
+    fn mm1k_reduces_to_a_loss_system_at_one_and_to_mm1_for_large_k() {
+        // K = 1 is M/M/1/1 = Erlang B with one server: ρ/(1+ρ); an admitted request only
+        // ever meets an empty system, so its response is one service time.
+        assert_close(mm1k_blocking(0.8, 1), erlang_b(1, 0.8), 1e-14);
+        assert_close(mm1k_mean_response(0.8, 1.0, 1), 1.0, 1e-12);
+        // K = 2, ρ = 1/2: P = (1/2)(1/4)/(1 − 1/8) = 1/7, L = (0·4 + 1·2 + 2·1)/7 = 4/7.
+        assert_close(mm1k_blocking(0.5, 2), 1.0 / 7.0, 1e-14);
+        assert_close(mm1k_mean_response(0.5, 1.0, 2), (4.0 / 7.0) / (0.5 * 6.0 / 7.0), 1e-12);
+        // K → ∞: nothing is blocked and the response is M/M/1's.
+        assert!(mm1k_blocking(0.8, 400) < 1e-30);
+        assert_close(mm1k_mean_response(0.8, 1.0, 400), mm1_mean_response(0.8, 1.0), 1e-12);
+        assert_close(mm1k_blocking(1.0, 4), 0.2, 1e-14);
     }
 
     // --- Erlang B / C: hand-computed from the textbook sums ---

@@ -114,33 +114,39 @@ service_time = { kind = "exp", mean_ms = 1 }
     assert_eq!(fifo_free, fifo_costly, "fifo never re-dispatches, so the cost never applies");
 }
 
-#[test]
-fn admission_control_rejects_under_overload_and_protects_the_tail() {
-    let toml = r#"
+/// Ten EDF servers at `utilization`, queries of fan-out 1 or 5, one class with a 10 ms
+/// p99 SLO and TailGuard deadlines, then `admission` (a TOML section, or nothing).
+fn overloaded_fan_out(utilization: f64, admission: &str) -> String {
+    format!(
+        r#"
 name = "ac"
 seed = 4
 requests = 60000
 warmup = 5000
 [load]
-utilization = 1.3
+utilization = {utilization}
 [[service]]
 name = "s"
 instances = 10
-policy = { kind = "edf" }
-service_time = { kind = "exp", mean_ms = 1 }
+policy = {{ kind = "edf" }}
+service_time = {{ kind = "exp", mean_ms = 1 }}
 [[stage]]
 name = "q"
 service = "s"
-fanout = { values = [1, 5], weights = [5, 1] }
+fanout = {{ values = [1, 5], weights = [5, 1] }}
 [[class]]
 name = "c"
 slo_ms = 10
 [deadlines]
 mode = "tailguard"
-[admission]
-r_th = 0.02
-window_ms = 5
-"#;
+{admission}
+"#
+    )
+}
+
+#[test]
+fn admission_control_rejects_under_overload_and_protects_the_tail() {
+    let toml = &overloaded_fan_out(1.3, "[admission]\nr_th = 0.02\nwindow_ms = 5\n");
     // The controller is the paper's rule, which sheds more than the 23% excess:
     // a miss is only seen when a late task is dequeued, so it reacts a queuing
     // budget late and then rejects until the misses age out of the window.
@@ -148,14 +154,73 @@ window_ms = 5
     assert!(with.rejected_pct > 23.0 * 0.9, "30% overload must be shed: {}%", with.rejected_pct);
     assert!(with.rejected_pct < 90.0, "but not everything: {}%", with.rejected_pct);
     assert!(with.latency_ms.p99 < 30.0, "admitted requests keep a bounded tail: {}", with.latency_ms.p99);
-    let without_toml = toml.replace("[admission]\nr_th = 0.02\nwindow_ms = 5\n", "");
-    let without = engine::run(&model(&without_toml, Overrides::default())).0.summarize();
+    let without = engine::run(&model(&overloaded_fan_out(1.3, ""), Overrides::default())).0.summarize();
     assert_eq!(without.rejected, 0);
     assert!(
         without.latency_ms.p99 > 10.0 * with.latency_ms.p99,
         "overload without admission: {}",
         without.latency_ms.p99
     );
+}
+
+/// The handler's `reject_late` in the model: at 1.5× overload of ten EDF servers with
+/// fan-outs 1 and 5, turning away the queries whose tasks would wait past their
+/// deadlines holds the class's p99 within its SLO while the ratio (R_th 0.999) never acts,
+/// and sheds about the excess rather than everything.
+#[test]
+fn rejecting_late_tasks_holds_the_slo_at_overload() {
+    let toml = &overloaded_fan_out(1.5, "[admission]\nr_th = 0.999\nwindow_ms = 5\nreject_late = true\n");
+    let (rec, stats) = engine::run(&model(toml, Overrides::default()));
+    let s = rec.summarize();
+    eprintln!(
+        "rejected {:.1}%, p99 {:.2} ms, tasks missed {}/{}",
+        s.rejected_pct, s.latency_ms.p99, rec.tasks_missed, rec.tasks_dequeued
+    );
+    assert!(s.latency_ms.p99 <= 10.0, "the admitted queries' p99 holds the 10 ms SLO: {}", s.latency_ms.p99);
+    // A third of the work is excess; fan-out-5 queries are turned away more often, so by
+    // queries somewhat less than a third is rejected.
+    assert!(s.rejected_pct > 20.0 && s.rejected_pct < 50.0, "sheds about the excess: {}%", s.rejected_pct);
+    assert!(
+        stats.rejected_late >= s.rejected,
+        "every rejection is the late rule's: {} of {}",
+        stats.rejected_late,
+        s.rejected
+    );
+    assert!(
+        (rec.tasks_missed as f64) < 0.02 * rec.tasks_dequeued as f64,
+        "few admitted tasks miss: {}",
+        rec.tasks_missed
+    );
+    // Without admission control the tail grows without bound.
+    let without = engine::run(&model(&overloaded_fan_out(1.5, ""), Overrides::default())).0.summarize();
+    assert_eq!(without.rejected, 0);
+    assert!(without.latency_ms.p99 > 100.0, "1.5× overload unchecked: {}", without.latency_ms.p99);
+}
+
+#[test]
+fn reject_late_needs_one_root_stage_and_no_in_flight_cap() {
+    let toml = r#"
+name = "late"
+[load]
+utilization = 0.5
+in_flight_cap = 10
+[[service]]
+name = "s"
+policy = { kind = "edf" }
+service_time = { kind = "exp", mean_ms = 1 }
+[[class]]
+name = "c"
+slo_ms = 10
+[deadlines]
+mode = "slo"
+[admission]
+r_th = 0.5
+window_ms = 5
+reject_late = true
+"#;
+    let loaded = Scenario::from_toml(toml, Path::new("late.toml")).unwrap();
+    let err = Model::build(&loaded, &Overrides::default()).unwrap_err().to_string();
+    assert!(err.contains("late.toml") && err.contains("reject_late") && err.contains("in_flight_cap"), "{err}");
 }
 
 #[test]

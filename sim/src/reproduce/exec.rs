@@ -593,7 +593,7 @@ fn run_job(job: &Job) -> Result<Outcome, String> {
             let mut runs = Vec::with_capacity(loads.len());
             for &u in loads {
                 let mut l = job.loaded.clone();
-                l.scenario.admission = Some(AdmissionSpec { r_th, window_ms });
+                l.scenario.admission = Some(AdmissionSpec { r_th, window_ms, reject_late: false });
                 let ov = Overrides { load: Some(LoadOverride::Utilization(u)), ..job.ov.clone() };
                 let model = Model::build(&l, &ov).map_err(|e| e.to_string())?;
                 runs.push((u, run_record(&model)));
