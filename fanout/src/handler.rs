@@ -37,15 +37,14 @@ use http_body_util::Empty;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tailor_core::dist::special::gamma_quantile;
 use tailor_core::dist::Cdf;
 use tailor_core::latency::LatencyHistogram;
 use tailor_core::pick::DistinctPicker;
 use tailor_core::policy::{AnyPolicy, Job, JobId, Policy, PolicySpec};
 use tailor_core::rng::Rng;
 use tailor_core::tailguard::{
-    AdmissionController, BudgetSplit, Planner, PlannerError, SequentialPlan, SharedCdf, SloClass, TailModel,
-    WorstCaseMax,
+    queue_wait_quantile, AdmissionController, BudgetSplit, Planner, PlannerError, SequentialPlan, SharedCdf, SloClass,
+    TailModel, WorstCaseMax,
 };
 use tailor_core::time::Nanos;
 use tailor_core::{wire, Context};
@@ -1061,17 +1060,12 @@ impl Handler {
     }
 
     /// The p-quantile of the wait of a task that has `ahead` tasks before it at
-    /// server `s`: a sum of `ahead` post-dequeue times (the one in service half
-    /// done: mean (ahead − ½) × the server's mean, variance ahead × its variance),
-    /// as a gamma of that mean and variance (core's `gamma_quantile`). Later
-    /// tasks with earlier deadlines can still overtake, so this too errs low;
+    /// server `s` (one task in service at a time), from the server's post-dequeue
+    /// mean and variance: core's `queue_wait_quantile`, as the simulator computes it.
     /// `reject_late` uses it at the class's SLO percentile.
     pub fn wait_quantile(&self, s: usize, ahead: u32, p: f64) -> Nanos {
-        if ahead == 0 {
-            return 0;
-        }
         let (mean, var) = self.service_moments(s);
-        gamma_quantile((ahead as f64 - 0.5) * mean, ahead as f64 * var, p) as Nanos
+        queue_wait_quantile(ahead, 1, mean, var, p)
     }
 
     /// The first of `servers` at which a task keyed `key` with deadline `deadline`

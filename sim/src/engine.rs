@@ -11,10 +11,9 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
-use tailor_core::dist::special::gamma_quantile;
 use tailor_core::pick::DistinctPicker;
 use tailor_core::rng::{CounterRng, RandomSource};
-use tailor_core::tailguard::AdmissionController;
+use tailor_core::tailguard::{queue_wait_quantile, AdmissionController};
 use tailor_core::time::NEVER;
 use tailor_core::{AnyPolicy, Job, JobId, Nanos, Policy, PolicySpec, Rng};
 
@@ -465,17 +464,11 @@ impl LateCheck {
     }
 
     /// The p-quantile of the wait of a task keyed `key` at `node` (`cores` CPUs, service
-    /// time moments `(mean, var)` × `scale`): the tasks ahead beyond the CPUs leave one per
-    /// mean / cores, the one in service half done, summed as a gamma (the handler's
-    /// `wait_quantile`, which is this with one CPU).
+    /// time moments `(mean, var)` × `scale`): core's `queue_wait_quantile`, as the query
+    /// handler computes it.
     fn wait(&self, node: usize, key: Nanos, cores: usize, (mean, var): (f64, f64), scale: f64, p: f64) -> Nanos {
         let ahead: u32 = self.outstanding[node].range(..=key).map(|(_, &c)| c).sum();
-        if (ahead as usize) < cores {
-            return 0;
-        }
-        let n = (ahead as usize - cores + 1) as f64;
-        let c = cores as f64;
-        gamma_quantile((n - 0.5) * mean * scale / c, n * var * scale * scale / (c * c), p) as Nanos
+        queue_wait_quantile(ahead, cores, mean * scale, var * scale * scale, p)
     }
 }
 

@@ -268,6 +268,24 @@ impl AdmissionController {
     }
 }
 
+/// The p-quantile of the queuing wait of a task with `ahead` tasks before it (those in
+/// service included) at a server with `cores` CPUs whose service time has mean `mean_ns`
+/// and variance `var_ns2`: the `ahead − cores + 1` tasks beyond the CPUs leave one per
+/// mean / cores, the one in service half done, and their sum is taken as a gamma of that
+/// mean and variance ([`crate::dist::special::gamma_quantile`]). 0 while a CPU is free.
+/// Later tasks that go ahead (an earlier deadline under EDF) are not foreseen, so it errs
+/// low. What `reject_late` compares with a task's time to its deadline, in the query
+/// handler and in the simulator alike.
+pub fn queue_wait_quantile(ahead: u32, cores: usize, mean_ns: f64, var_ns2: f64, p: f64) -> Nanos {
+    let cores = cores.max(1);
+    if (ahead as usize) < cores {
+        return 0;
+    }
+    let n = (ahead as usize - cores + 1) as f64;
+    let c = cores as f64;
+    crate::dist::special::gamma_quantile((n - 0.5) * mean_ns / c, n * var_ns2 / (c * c), p) as Nanos
+}
+
 /// Removes one task with `deadline` from `map`; false if there was none.
 fn take_one(map: &mut BTreeMap<Nanos, u64>, deadline: Nanos) -> bool {
     match map.get_mut(&deadline) {
@@ -287,6 +305,20 @@ mod tests {
     use super::*;
     use crate::time::NANOS_PER_MILLI;
     use proptest::prelude::*;
+
+    #[test]
+    fn queue_wait_quantile_is_the_work_beyond_the_cpus() {
+        // A free CPU: no wait.
+        assert_eq!(queue_wait_quantile(0, 1, 1e6, 1e12, 0.99), 0);
+        assert_eq!(queue_wait_quantile(1, 2, 1e6, 1e12, 0.99), 0);
+        // Fixed 1 ms service, 3 ahead on one CPU: 2.5 ms of work, whatever the percentile.
+        assert_eq!(queue_wait_quantile(3, 1, 1e6, 0.0, 0.99), 2_500_000);
+        // Two CPUs halve the work beyond them: 3 ahead on 2 CPUs leaves 2 departures of 0.5 ms.
+        assert_eq!(queue_wait_quantile(3, 2, 1e6, 0.0, 0.5), 750_000);
+        // Exponential 1 ms: the p99 lies above the mean and grows with the queue.
+        let (a, b) = (queue_wait_quantile(4, 1, 1e6, 1e12, 0.99), queue_wait_quantile(8, 1, 1e6, 1e12, 0.99));
+        assert!(a > 3_500_000 && b > a, "{a} {b}");
+    }
 
     #[test]
     fn rejects_while_ratio_exceeds_threshold_and_recovers_after_the_window() {
