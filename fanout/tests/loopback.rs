@@ -229,6 +229,21 @@ fn a_task_server_serves_the_earliest_deadline_first() {
 
 /// A TF-EDFQ handler over `list` for the admission tests: SLO 60 ms, unloaded tail 20 ms,
 /// R_th 0.2 over a 1 s window, plus `extra` arguments.
+/// A misspelt flag stops the process with its name, instead of running without the setting.
+#[test]
+fn an_unknown_or_valueless_flag_is_an_error_naming_it() {
+    for (args, want) in [
+        (&["handler", "--servers", "127.0.0.1:1", "--reject-lat", "true"][..], "unknown flag --reject-lat"),
+        (&["servers", "--count"][..], "--count needs a value"),
+        (&["servers", "count", "2"][..], "`count`: expected a flag"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tailor-fanout")).args(args).output().expect("run tailor-fanout");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
 fn admission_handler(list: &str, extra: &[&str]) -> Proc {
     let mut args = vec![
         "handler",

@@ -32,8 +32,8 @@ use tailor_fanout::{service, Handler, PreciseTimer, TaskServer, TaskServerConfig
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("servers") => servers(&flags(&args[1..])),
-        Some("handler") => handler(&flags(&args[1..])),
+        Some("servers") => flags(&args[1..], SERVER_FLAGS).and_then(|f| servers(&f)),
+        Some("handler") => flags(&args[1..], HANDLER_FLAGS).and_then(|f| handler(&f)),
         Some("probe") if args.len() == 4 => probe(&args[1], &args[2], &args[3]),
         Some("sim") if (3..=5).contains(&args.len()) => {
             sim(&args[1], &args[2], args.get(3).map(String::as_str), args.get(4).map(String::as_str))
@@ -47,8 +47,38 @@ fn main() {
     }
 }
 
-fn flags(args: &[String]) -> HashMap<String, String> {
-    args.chunks(2).filter_map(|c| Some((c[0].trim_start_matches("--").to_string(), c.get(1)?.clone()))).collect()
+const SERVER_FLAGS: &[&str] = &["count", "policy", "service-fixed-ms", "max-queue"];
+const HANDLER_FLAGS: &[&str] = &[
+    "servers",
+    "scheme",
+    "queuing",
+    "slo-ms",
+    "offline-fixed-ms",
+    "min-samples",
+    "r-th",
+    "window-ms",
+    "window-tasks",
+    "predict-misses",
+    "proportional",
+    "per-server-admission",
+    "reject-late",
+];
+
+/// `--name value` pairs (a later one overrides an earlier one). A misspelt or unknown
+/// flag, or one without its value, is an error naming it: silently ignoring it would run
+/// the process without the setting the caller asked for.
+fn flags(args: &[String], known: &[&str]) -> Result<HashMap<String, String>, String> {
+    let mut out = HashMap::new();
+    for pair in args.chunks(2) {
+        let name =
+            pair[0].strip_prefix("--").ok_or_else(|| format!("`{}`: expected a flag `--name value`", pair[0]))?;
+        if !known.contains(&name) {
+            return Err(format!("unknown flag --{name}; known: --{}", known.join(", --")));
+        }
+        let value = pair.get(1).ok_or_else(|| format!("--{name} needs a value"))?;
+        out.insert(name.to_string(), value.clone());
+    }
+    Ok(out)
 }
 
 fn get<T: std::str::FromStr>(f: &HashMap<String, String>, name: &str, default: Option<T>) -> Result<T, String> {
