@@ -165,6 +165,22 @@ fn one() -> f64 {
     1.0
 }
 
+/// `s` as a TOML basic string (quotes, backslashes and control characters escaped).
+fn toml_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// One component of a [`DistSpec::Mixture`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -195,6 +211,50 @@ pub enum DistError {
 }
 
 impl DistSpec {
+    /// The same distribution with every time multiplied by `f` (a table's
+    /// `scale` too): what a config's `time_scale` does to its service time.
+    pub fn scaled(&self, f: f64) -> DistSpec {
+        match self {
+            DistSpec::Fixed { value_ms } => DistSpec::Fixed { value_ms: value_ms * f },
+            DistSpec::Exp { mean_ms } => DistSpec::Exp { mean_ms: mean_ms * f },
+            DistSpec::LogNormal { mean_ms, sd_ms } => DistSpec::LogNormal { mean_ms: mean_ms * f, sd_ms: sd_ms * f },
+            DistSpec::Pareto { mean_ms, alpha } => DistSpec::Pareto { mean_ms: mean_ms * f, alpha: *alpha },
+            DistSpec::Uniform { min_ms, max_ms } => DistSpec::Uniform { min_ms: min_ms * f, max_ms: max_ms * f },
+            DistSpec::Mixture { parts } => DistSpec::Mixture {
+                parts: parts.iter().map(|p| MixturePart { weight: p.weight, dist: p.dist.scaled(f) }).collect(),
+            },
+            DistSpec::Empirical { file, scale } => DistSpec::Empirical { file: file.clone(), scale: scale * f },
+        }
+    }
+
+    /// The spec as a TOML inline table, as a config file would write it (so a
+    /// generated scenario can carry any distribution a config can).
+    pub fn to_inline_toml(&self) -> String {
+        match self {
+            DistSpec::Fixed { value_ms } => format!("{{ kind = \"fixed\", value_ms = {value_ms:?} }}"),
+            DistSpec::Exp { mean_ms } => format!("{{ kind = \"exp\", mean_ms = {mean_ms:?} }}"),
+            DistSpec::LogNormal { mean_ms, sd_ms } => {
+                format!("{{ kind = \"lognormal\", mean_ms = {mean_ms:?}, sd_ms = {sd_ms:?} }}")
+            }
+            DistSpec::Pareto { mean_ms, alpha } => format!("{{ kind = \"pareto\", mean_ms = {mean_ms:?}, alpha = {alpha:?} }}"),
+            DistSpec::Uniform { min_ms, max_ms } => {
+                format!("{{ kind = \"uniform\", min_ms = {min_ms:?}, max_ms = {max_ms:?} }}")
+            }
+            DistSpec::Mixture { parts } => {
+                let parts: Vec<String> = parts
+                    .iter()
+                    .map(|p| format!("{{ weight = {:?}, dist = {} }}", p.weight, p.dist.to_inline_toml()))
+                    .collect();
+                format!("{{ kind = \"mixture\", parts = [{}] }}", parts.join(", "))
+            }
+            DistSpec::Empirical { file, scale } => {
+                // A TOML basic string: escape what Rust's Debug would leave ambiguous.
+                let path = toml_string(&file.display().to_string());
+                format!("{{ kind = \"empirical\", file = {path}, scale = {scale:?} }}")
+            }
+        }
+    }
+
     /// Validates the spec, loads tables (relative paths against `base_dir`)
     /// and precomputes what sampling needs.
     pub fn build(&self, base_dir: &Path) -> Result<Dist, DistError> {

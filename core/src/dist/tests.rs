@@ -268,3 +268,41 @@ fn cdf_and_quantile_agree_for_every_kind() {
         assert_eq!(d.quantile(1.0), if matches!(d.kind, Kind::Uniform { .. }) { 2 * NANOS_PER_MILLI } else { NEVER });
     }
 }
+
+/// A generated scenario writes a config's distribution back as TOML: every
+/// kind must parse back to the same spec, with times stretched by `scaled`.
+#[test]
+fn a_spec_written_as_inline_toml_parses_back_to_itself_scaled() {
+    #[derive(Deserialize)]
+    struct Doc {
+        d: DistSpec,
+    }
+    let specs = [
+        "{ kind = \"fixed\", value_ms = 2.5 }",
+        "{ kind = \"exp\", mean_ms = 0.1 }",
+        "{ kind = \"lognormal\", mean_ms = 10, sd_ms = 100 }",
+        "{ kind = \"pareto\", mean_ms = 3, alpha = 1.5 }",
+        "{ kind = \"uniform\", min_ms = 1, max_ms = 4 }",
+        "{ kind = \"mixture\", parts = [{ weight = 0.97, dist = { kind = \"exp\", mean_ms = 1 } }, \
+           { weight = 0.03, dist = { kind = \"mixture\", parts = [{ weight = 1, dist = { kind = \"fixed\", value_ms = 4 } }] } }] }",
+        "{ kind = \"empirical\", file = \"dir with \\\"quotes\\\"\\\\and\\\\backslashes/Mastree_cdf\", scale = 2 }",
+    ];
+    for text in specs {
+        let spec = toml::from_str::<Doc>(&format!("d = {text}")).unwrap_or_else(|e| panic!("{text}: {e}")).d;
+        let scaled = spec.scaled(5.0);
+        let back = toml::from_str::<Doc>(&format!("d = {}", scaled.to_inline_toml()))
+            .unwrap_or_else(|e| panic!("{}: {e}", scaled.to_inline_toml()))
+            .d;
+        assert_eq!(back, scaled, "{text}");
+        assert_ne!(scaled, spec, "{text}: scaling by 5 changes a time");
+    }
+    // Times scale, shapes do not: a Pareto's α and a mixture's weights stay.
+    let p = DistSpec::Pareto { mean_ms: 3.0, alpha: 1.5 }.scaled(2.0);
+    assert_eq!(p, DistSpec::Pareto { mean_ms: 6.0, alpha: 1.5 });
+    let mixture = "{ kind = \"mixture\", parts = [{ weight = 0.97, dist = { kind = \"exp\", mean_ms = 1 } }, \
+                   { weight = 0.03, dist = { kind = \"exp\", mean_ms = 4 } }] }";
+    let m = build(&format!("d = {mixture}")).unwrap();
+    let doc: Doc = toml::from_str(&format!("d = {mixture}")).unwrap();
+    let m5 = doc.d.scaled(5.0).build(Path::new(".")).unwrap();
+    assert!((m5.mean_ns() / m.mean_ns() - 5.0).abs() < 1e-9, "the mean scales with the times");
+}
