@@ -622,7 +622,7 @@ pub fn run_real_with(
             warmup,
             measure,
             mix: l.mix(),
-            seed: l.cfg.seed ^ (load * 1e6) as u64,
+            seed: probe_seed(l.cfg.seed, load),
             max_in_flight: 50_000,
             sequential: sequential.clone(),
         };
@@ -648,6 +648,12 @@ pub fn run_real_with(
         p.judge(&l.slo_classes(), l.cfg.search.confidence);
         Ok(p)
     })
+}
+
+/// The load generator's seed for a probe: the same for every scheme at one
+/// load (and run seed), so their queries, servers and work are the same.
+pub fn probe_seed(seed: u64, load: f64) -> u64 {
+    seed ^ (load * 1e6).round() as u64
 }
 
 /// How the real side decides a probe: runs of `chunk` (fresh servers and
@@ -730,6 +736,7 @@ pub fn search_real(
     let (min, max, tol) = (s.min_load, s.max_load, s.tolerance);
     let mut probes = Vec::new();
     let mut probe = |x: f64, probes: &mut Vec<Probe>| -> Result<bool, crate::Error> {
+        let x = (x * 1e6).round() / 1e6;
         let p = run_judged(l, scheme, x, j)?;
         log(&p);
         let met = p.met;
@@ -737,8 +744,12 @@ pub fn search_real(
         Ok(met)
     };
     let (mut lo, mut hi): (Option<f64>, Option<f64>) = (None, None);
+    // Every probe falls on the grid min + i × tolerance (the start is snapped
+    // to it, steps are 2 × tolerance, one bisection halves a 2-step bracket),
+    // so two schemes' searches that visit a load run it on the same input:
+    // the probe's seed is a function of the load ([`probe_seed`]).
     let start = match hint {
-        Some(h) => ((h * 100.0).round() / 100.0).clamp(min, max),
+        Some(h) => (min + ((h - min) / tol).round() * tol).clamp(min, max),
         None => min,
     };
     if probe(start, &mut probes)? {
@@ -853,24 +864,10 @@ impl Drop for TempFile {
 /// simulated deadlines stay SLO − x_p^u(k) of the service time: the overhead
 /// shifts every deadline by the same amount, which changes no EDF order.
 pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) -> Result<SimScenario, crate::Error> {
-    let service = match &l.cfg.service_time {
-        // The simulator scenario is given the config's own directory, so a
-        // relative table path resolves the same way.
-        DistSpec::Empirical { file, scale } => {
-            format!(
-                "{{ kind = \"empirical\", file = {:?}, scale = {} }}",
-                file.display().to_string(),
-                scale * l.cfg.time_scale
-            )
-        }
-        DistSpec::Exp { mean_ms } => format!("{{ kind = \"exp\", mean_ms = {} }}", mean_ms * l.cfg.time_scale),
-        DistSpec::Fixed { value_ms } => format!("{{ kind = \"fixed\", value_ms = {} }}", value_ms * l.cfg.time_scale),
-        other => {
-            return Err(crate::Error::Config(format!(
-                "the simulator comparison supports empirical, exp and fixed service times, not {other:?}"
-            )))
-        }
-    };
+    // Any distribution the config takes, with its times stretched as the
+    // real servers stretch them. The scenario is given the config's own
+    // directory, so a relative table path resolves the same way.
+    let service = l.cfg.service_time.scaled(l.cfg.time_scale).to_inline_toml();
     let policy = match scheme {
         Scheme::TfEdfq | Scheme::TEdfq => "edf",
         Scheme::Priq => "priq",
