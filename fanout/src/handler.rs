@@ -51,7 +51,12 @@ use tailor_core::{wire, Context};
 use tokio::sync::oneshot;
 
 use crate::clock::wall_ns;
-use crate::server::{ARRIVED_AT, DEQUEUED_AT, MISSED, QUEUE_NS, SERVICE_NS};
+use crate::server::{ARRIVED_AT, DEQUEUED_AT, MISSED, QUEUE_NS, SERVICE_NS, WORK_SEED};
+
+/// Sub-streams of a query's seed ([`QuerySpec::seed`]): one for its servers,
+/// one per server for that task's work, so neither shifts the other.
+const PICK_STREAM: u64 = 1;
+const WORK_STREAM: u64 = 1 << 32;
 
 /// Which deadline the tasks carry and how task queues order them (TailGuard §III.A).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
@@ -213,6 +218,12 @@ pub struct QuerySpec {
     pub fanout: u32,
     /// Overrides the class SLO for this query (per-query SLOs).
     pub slo_ns: Option<Nanos>,
+    /// Where the query's random draws come from: with a seed, its servers and
+    /// each task's service time are functions of it, so a load generator that
+    /// replays the same seeds gives every queue policy the same queries on the
+    /// same servers with the same work (common random numbers: policies compared
+    /// on one input, not on two samples). Without one, the handler's own stream.
+    pub seed: Option<u64>,
 }
 
 /// A query that ran.
@@ -736,9 +747,17 @@ impl Handler {
     }
 
     /// The servers of one query of `class` (validated: a class the handler has).
-    fn pick_servers(&self, class: u8, k: usize) -> Vec<usize> {
+    fn pick_servers(&self, class: u8, k: usize, seed: Option<u64>) -> Vec<usize> {
         let mut guard = self.picker.lock().expect("picker poisoned");
         let (rng, pickers) = &mut *guard;
+        let mut own;
+        let rng = match seed {
+            Some(seed) => {
+                own = Rng::derive(seed, PICK_STREAM);
+                &mut own
+            }
+            None => rng,
+        };
         pickers[class as usize].pick(rng, k).iter().map(|&i| i as usize).collect()
     }
 
@@ -757,7 +776,7 @@ impl Handler {
             return Err(QueryError::BadFanout { fanout: q.fanout, servers: n });
         }
         // Per server, the query's own servers decide: pick them first.
-        let servers = self.pick_servers(q.class, q.fanout as usize);
+        let servers = self.pick_servers(q.class, q.fanout as usize, q.seed);
         if let Some(a) = &self.admission {
             if let Err((ratio, r_th)) = a.admit(t0, Some(&servers)) {
                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
@@ -782,7 +801,7 @@ impl Handler {
             }
         }
         self.stats.admitted.fetch_add(1, Ordering::Relaxed);
-        let (missed, _, slowest) = self.fan_out_to(ctx, servers).await?;
+        let (missed, _, slowest) = self.fan_out_to(ctx, servers, q.seed).await?;
         Ok(QueryOutcome {
             latency_ns: started.elapsed().as_nanos() as Nanos,
             budget_ns,
@@ -852,15 +871,17 @@ impl Handler {
     /// Returns (tasks that missed, the query's pre-dequeuing time: the longest
     /// time any of its tasks waited before being dequeued, the slowest task's timeline).
     async fn fan_out(self: &Arc<Self>, ctx: Context) -> Result<(u32, Nanos, TaskTrace), QueryError> {
-        let servers = self.pick_servers(ctx.class, ctx.fanout as usize);
-        self.fan_out_to(ctx, servers).await
+        let servers = self.pick_servers(ctx.class, ctx.fanout as usize, None);
+        self.fan_out_to(ctx, servers, None).await
     }
 
-    /// [`Handler::fan_out`] to servers already picked.
+    /// [`Handler::fan_out`] to servers already picked. With the query's
+    /// `seed`, each task carries a work seed derived from it and its server.
     async fn fan_out_to(
         self: &Arc<Self>,
         ctx: Context,
         servers: Vec<usize>,
+        seed: Option<u64>,
     ) -> Result<(u32, Nanos, TaskTrace), QueryError> {
         let header = wire::encode(&ctx);
         let now = wall_ns();
@@ -889,8 +910,9 @@ impl Handler {
         let mut set = tokio::task::JoinSet::new();
         for (s, known) in servers.into_iter().zip(predicted) {
             let h = self.clone();
+            let work_seed = seed.map(|q| Rng::derive(q, WORK_STREAM + s as u64).next_u64());
             set.spawn(async move {
-                let r = h.run_task(s, ctx, header, known, now).await;
+                let r = h.run_task(s, ctx, header, work_seed, known, now).await;
                 let mut out = h.outstanding[s].lock().expect("outstanding poisoned");
                 if let Some(c) = out.get_mut(&key) {
                     *c -= 1;
@@ -932,6 +954,7 @@ impl Handler {
         s: usize,
         ctx: Context,
         header: wire::Encoded,
+        work_seed: Option<u64>,
         known_missed: bool,
         fanned_at: Nanos,
     ) -> Result<(bool, Nanos, TaskTrace), QueryError> {
@@ -961,7 +984,7 @@ impl Handler {
         let sent = Instant::now();
         let sent_at = wall_ns();
         let waited_here = sent.duration_since(queued_at).as_nanos() as Nanos;
-        let result = self.call(s, &header).await;
+        let result = self.call(s, &header, work_seed).await;
         let round_trip = sent.elapsed().as_nanos() as Nanos;
         let received_at = wall_ns();
         if let Some(id) = job_id {
@@ -1101,10 +1124,13 @@ impl Handler {
     }
 
     /// POST /task; returns what the server reported.
-    async fn call(&self, s: usize, header: &wire::Encoded) -> Result<TaskReply, String> {
+    async fn call(&self, s: usize, header: &wire::Encoded, work_seed: Option<u64>) -> Result<TaskReply, String> {
         let addr = self.cfg.servers[s];
-        let req = http::Request::post(format!("http://{addr}/task"))
-            .header(wire::HEADER, header.as_str())
+        let mut req = http::Request::post(format!("http://{addr}/task")).header(wire::HEADER, header.as_str());
+        if let Some(seed) = work_seed {
+            req = req.header(WORK_SEED, seed);
+        }
+        let req = req
             .body(Empty::<Bytes>::new())
             .map_err(|e| e.to_string())?;
         let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
@@ -1208,19 +1234,45 @@ mod tests {
         cfg.class_server_weights = vec![vec![3.0, 1.0, 1.0, 1.0], Vec::new()];
         let h = Handler::new(cfg.clone()).unwrap();
         let share_on_0 = |class: u8| {
-            let hits = (0..20_000).filter(|_| h.pick_servers(class, 1)[0] == 0).count();
+            let hits = (0..20_000).filter(|_| h.pick_servers(class, 1, None)[0] == 0).count();
             hits as f64 / 20_000.0
         };
         let (a, b) = (share_on_0(0), share_on_0(1));
         assert!((a - 0.5).abs() < 0.02, "class 0 on server 0: {a}");
         assert!((b - 0.25).abs() < 0.02, "class 1 on server 0: {b}");
         // Distinct servers still: a fan-out of 4 gets all four.
-        let mut all = h.pick_servers(0, 4);
+        let mut all = h.pick_servers(0, 4, None);
         all.sort_unstable();
         assert_eq!(all, vec![0, 1, 2, 3]);
         cfg.class_server_weights = vec![vec![1.0; 3], Vec::new()];
         let err = Handler::new(cfg).err().expect("3 weights for 4 servers").to_string();
         assert!(err.contains("class_server_weights[0] has 3 entries for 4 servers"), "{err}");
+    }
+
+    /// A query's seed fixes its servers, whatever the handler's own stream
+    /// did before: the same seeded queries land on the same servers under
+    /// every scheme. Different seeds still spread over the servers.
+    #[test]
+    fn a_seeded_query_picks_the_same_servers_on_every_handler() {
+        let a = handler(1000.0);
+        let b = handler(1000.0);
+        // Move b's own stream: unseeded picks must not shift seeded ones.
+        for _ in 0..7 {
+            b.pick_servers(0, 3, None);
+        }
+        let picks: Vec<Vec<usize>> = (0..200u64).map(|q| a.pick_servers(0, 2, Some(q))).collect();
+        for (q, want) in picks.iter().enumerate() {
+            assert_eq!(&b.pick_servers(0, 2, Some(q as u64)), want, "seed {q}");
+        }
+        let mut seen = [0u32; 4];
+        for p in &picks {
+            assert_ne!(p[0], p[1], "distinct servers");
+            for &s in p {
+                seen[s] += 1;
+            }
+        }
+        // 400 picks over 4 servers: each near 100 (binomial sd ≈ 8.7).
+        assert!(seen.iter().all(|&c| (60..=140).contains(&c)), "{seen:?}");
     }
 
     fn feed(h: &Handler, server: usize, n: usize, ns: Nanos) {

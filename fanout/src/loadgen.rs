@@ -161,6 +161,9 @@ pub async fn run(handler: Arc<Handler>, timer: Arc<PreciseTimer>, spec: &RunSpec
         let class = Mix::draw(spec.mix.class_weights.iter().copied(), &mut rng) as u8;
         let ks = &spec.mix.fanouts[class as usize];
         let mut fanout = ks[Mix::draw(ks.iter().map(|f| f.1), &mut rng)].0;
+        // The query's own draws (servers, work), from the arrival stream: the
+        // same seed and load give every scheme the same queries.
+        let query_seed = rng.next_u64();
         let sequential = spec.sequential.clone();
         if let Some((ks, _)) = &sequential {
             fanout = ks.iter().sum();
@@ -185,7 +188,7 @@ pub async fn run(handler: Arc<Handler>, timer: Arc<PreciseTimer>, spec: &RunSpec
         let intended_wall = start_wall + sent_ns;
         tasks.spawn(async move {
             let res = match &sequential {
-                None => h.query(QuerySpec { class, fanout, slo_ns: None }).await.map(Some),
+                None => h.query(QuerySpec { class, fanout, slo_ns: None, seed: Some(query_seed) }).await.map(Some),
                 Some((ks, split)) => h.request(class, ks, *split).await.map(|_| None),
             };
             let done_wall = wall_ns();

@@ -48,6 +48,11 @@ pub const SERVED_SEQ: &str = "tailor-served-seq";
 pub const DEQUEUED_AT: &str = "tailor-dequeued-at";
 /// Wall-clock time (ns since the epoch) the task arrived at the server.
 pub const ARRIVED_AT: &str = "tailor-arrived-at";
+/// Request header: the seed of this task's service-time draw. The handler
+/// sends one derived from the query's seed when the load generator gives one,
+/// so every queue policy serves the same work (common random numbers); without
+/// it the server draws from its own stream.
+pub const WORK_SEED: &str = "tailor-work-seed";
 /// Oldest GAT a task server accepts in a context (clamping, docs/wire-format.md).
 const MAX_CONTEXT_AGE_NS: Nanos = 60_000_000_000;
 
@@ -81,6 +86,7 @@ struct Pending {
     arrived: Instant,
     arrived_at: Nanos,
     deadline: Nanos,
+    work_seed: Option<u64>,
 }
 
 struct State {
@@ -203,6 +209,18 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Full<
         return Ok(text(StatusCode::NOT_FOUND, "task server: POST /task or GET /stats\n".into()));
     }
     let now = wall_ns();
+    let work_seed = match req.headers().get(WORK_SEED) {
+        None => None,
+        Some(v) => match v.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()) {
+            Some(seed) => Some(seed),
+            None => {
+                return Ok(text(
+                    StatusCode::BAD_REQUEST,
+                    format!("header {WORK_SEED}: {v:?} is not an unsigned 64-bit integer; send a decimal seed or omit the header\n"),
+                ))
+            }
+        },
+    };
     // A missing or malformed context still gets served (DESIGN.md: bad context is
     // re-stamped and counted), as a task with no deadline.
     let ctx = match wire::extract(req.headers().iter().map(|(n, v)| (n.as_str(), v.as_bytes()))) {
@@ -227,7 +245,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Full<
         st.next_id += 1;
         let (tx, rx) = oneshot::channel();
         st.waiting
-            .insert(id, Pending { tx: Some(tx), arrived: Instant::now(), arrived_at: now, deadline: ctx.deadline });
+            .insert(id, Pending { tx: Some(tx), arrived: Instant::now(), arrived_at: now, deadline: ctx.deadline, work_seed });
         st.policy.arrive(now, Job { id, gat: ctx.gat, deadline: ctx.deadline, class: ctx.class });
         start_next(&s, &mut st);
         rx
@@ -256,7 +274,12 @@ fn start_next(s: &Arc<Shared>, st: &mut State) {
     st.in_service = Some(id);
     let seq = st.served;
     st.served += 1;
-    let service_ns = (st.rng_sample(&s.cfg.service) as f64 * s.cfg.scale).round() as Nanos;
+    let work_seed = st.waiting.get(&id).expect("a running job is waiting").work_seed;
+    let work = match work_seed {
+        Some(seed) => s.cfg.service.sample_ns(&mut Rng::new(seed)),
+        None => st.rng_sample(&s.cfg.service),
+    };
+    let service_ns = (work as f64 * s.cfg.scale).round() as Nanos;
     let p = st.waiting.get_mut(&id).expect("a running job is waiting");
     let queue_ns = p.arrived.elapsed().as_nanos() as Nanos;
     let dequeued_at = wall_ns();

@@ -1,7 +1,8 @@
 //! The handler as an HTTP service: `POST /query`, `GET /stats`.
 //!
 //! Request headers: `tailor-class` (0-based, default 0), `tailor-fanout`
-//! (default 1), optional `tailor-slo-ms` (a per-query SLO). Answers 200 with
+//! (default 1), optional `tailor-slo-ms` (a per-query SLO) and `tailor-seed`
+//! (the query's servers and work drawn from it, to replay one input). Answers 200 with
 //! `tailor-latency-ns`, `tailor-budget-ns` and `tailor-tasks-missed` once the
 //! slowest task returned; 503 with `tailor-rejected: admission` and the reason
 //! in the body when admission control rejects (fast: no task is sent); 400 with
@@ -25,6 +26,9 @@ use crate::handler::{Handler, QueryError, QuerySpec};
 pub const CLASS: &str = "tailor-class";
 pub const FANOUT: &str = "tailor-fanout";
 pub const SLO_MS: &str = "tailor-slo-ms";
+/// Optional: the query's seed ([`QuerySpec::seed`]), for replaying the same
+/// queries (servers and work) against different queue policies.
+pub const SEED: &str = "tailor-seed";
 pub const LATENCY_NS: &str = "tailor-latency-ns";
 pub const REJECTED: &str = "tailor-rejected";
 
@@ -108,7 +112,13 @@ async fn handle(h: Arc<Handler>, req: Request<Incoming>) -> Result<Response<Full
         } else {
             return Err(format!("header {SLO_MS}: {slo_ms} must be a positive number of milliseconds"));
         };
-        Ok(QuerySpec { class, fanout, slo_ns })
+        let seed = match req.headers().get(SEED) {
+            None => None,
+            Some(v) => Some(v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()).ok_or_else(|| {
+                format!("header {SEED}: {v:?} is not an unsigned 64-bit integer; send a decimal seed or omit the header")
+            })?),
+        };
+        Ok(QuerySpec { class, fanout, slo_ns, seed })
     })();
     let q = match parsed {
         Ok(q) => q,
