@@ -236,7 +236,9 @@ impl DistSpec {
             DistSpec::LogNormal { mean_ms, sd_ms } => {
                 format!("{{ kind = \"lognormal\", mean_ms = {mean_ms:?}, sd_ms = {sd_ms:?} }}")
             }
-            DistSpec::Pareto { mean_ms, alpha } => format!("{{ kind = \"pareto\", mean_ms = {mean_ms:?}, alpha = {alpha:?} }}"),
+            DistSpec::Pareto { mean_ms, alpha } => {
+                format!("{{ kind = \"pareto\", mean_ms = {mean_ms:?}, alpha = {alpha:?} }}")
+            }
             DistSpec::Uniform { min_ms, max_ms } => {
                 format!("{{ kind = \"uniform\", min_ms = {min_ms:?}, max_ms = {max_ms:?} }}")
             }
@@ -248,7 +250,7 @@ impl DistSpec {
                 format!("{{ kind = \"mixture\", parts = [{}] }}", parts.join(", "))
             }
             DistSpec::Empirical { file, scale } => {
-                // A TOML basic string: escape what Rust's Debug would leave ambiguous.
+                // TOML's escapes, not Rust's Debug ones (which write \u{..}).
                 let path = toml_string(&file.display().to_string());
                 format!("{{ kind = \"empirical\", file = {path}, scale = {scale:?} }}")
             }

@@ -1130,9 +1130,7 @@ impl Handler {
         if let Some(seed) = work_seed {
             req = req.header(WORK_SEED, seed);
         }
-        let req = req
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| e.to_string())?;
+        let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
         let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
         if !resp.status().is_success() {
             return Err(format!("HTTP {}", resp.status()));

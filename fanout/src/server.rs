@@ -244,8 +244,10 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Full<
         let id = st.next_id;
         st.next_id += 1;
         let (tx, rx) = oneshot::channel();
-        st.waiting
-            .insert(id, Pending { tx: Some(tx), arrived: Instant::now(), arrived_at: now, deadline: ctx.deadline, work_seed });
+        st.waiting.insert(
+            id,
+            Pending { tx: Some(tx), arrived: Instant::now(), arrived_at: now, deadline: ctx.deadline, work_seed },
+        );
         st.policy.arrive(now, Job { id, gat: ctx.gat, deadline: ctx.deadline, class: ctx.class });
         start_next(&s, &mut st);
         rx

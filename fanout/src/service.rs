@@ -115,7 +115,9 @@ async fn handle(h: Arc<Handler>, req: Request<Incoming>) -> Result<Response<Full
         let seed = match req.headers().get(SEED) {
             None => None,
             Some(v) => Some(v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()).ok_or_else(|| {
-                format!("header {SEED}: {v:?} is not an unsigned 64-bit integer; send a decimal seed or omit the header")
+                format!(
+                    "header {SEED}: {v:?} is not an unsigned 64-bit integer; send a decimal seed or omit the header"
+                )
             })?),
         };
         Ok(QuerySpec { class, fanout, slo_ns, seed })
