@@ -656,6 +656,13 @@ pub fn probe_seed(seed: u64, load: f64) -> u64 {
     seed ^ (load * 1e6).round() as u64
 }
 
+/// The load nearest `x` on the grid min + i × tol, to 10⁻⁶: sums and halvings
+/// that should meet at one grid load give one value (and one [`probe_seed`]).
+fn on_grid(x: f64, min: f64, tol: f64) -> f64 {
+    let i = ((x - min) / tol).round();
+    ((min + i * tol) * 1e6).round() / 1e6
+}
+
 /// How the real side decides a probe: runs of `chunk` (fresh servers and
 /// handler, seeds seed, seed + 1, …) pooled until every (class, fan-out) group
 /// is decided at `confidence` ([`judge`]) or `cap` seconds have been measured.
@@ -736,7 +743,7 @@ pub fn search_real(
     let (min, max, tol) = (s.min_load, s.max_load, s.tolerance);
     let mut probes = Vec::new();
     let mut probe = |x: f64, probes: &mut Vec<Probe>| -> Result<bool, crate::Error> {
-        let x = (x * 1e6).round() / 1e6;
+        let x = on_grid(x, min, tol);
         let p = run_judged(l, scheme, x, j)?;
         log(&p);
         let met = p.met;
@@ -749,7 +756,7 @@ pub fn search_real(
     // so two schemes' searches that visit a load run it on the same input:
     // the probe's seed is a function of the load ([`probe_seed`]).
     let start = match hint {
-        Some(h) => (min + ((h - min) / tol).round() * tol).clamp(min, max),
+        Some(h) => on_grid(h, min, tol).clamp(min, max),
         None => min,
     };
     if probe(start, &mut probes)? {
@@ -1405,6 +1412,23 @@ pub fn format_table(l: &Loaded, results: &[SchemeResult]) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Two searches reach one load by different paths (a step up, a step
+    /// down, a bisection, a snapped hint): the same load value and seed.
+    #[test]
+    fn searches_that_meet_at_a_load_probe_it_with_one_seed() {
+        let (min, tol) = (0.2, 0.04);
+        let up = on_grid(on_grid(0.40, min, tol) + 2.0 * tol, min, tol);
+        let down = on_grid(0.56 - 2.0 * tol, min, tol);
+        let mid = on_grid((0.44 + 0.52) / 2.0, min, tol);
+        let hint = on_grid(0.4712, min, tol);
+        for x in [up, down, mid, hint] {
+            assert_eq!(x, 0.48, "grid load");
+            assert_eq!(probe_seed(7, x), probe_seed(7, 0.48));
+        }
+        assert_ne!(probe_seed(7, 0.48), probe_seed(7, 0.52), "another load, another input");
+        assert_ne!(probe_seed(7, 0.48), probe_seed(8, 0.48), "another run seed, another input");
+    }
+
     use super::*;
 
     #[test]
