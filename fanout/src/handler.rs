@@ -53,6 +53,13 @@ use tokio::sync::oneshot;
 use crate::clock::wall_ns;
 use crate::server::{ARRIVED_AT, DEQUEUED_AT, MISSED, QUEUE_NS, SERVICE_NS, WORK_SEED};
 
+/// The tasks this handler has at a server (`outstanding`: queue key → count)
+/// that a new task keyed `key` would queue behind: ties count as ahead. One
+/// count for the dispatch-time prediction and for `reject_late`.
+fn tasks_ahead(outstanding: &BTreeMap<Nanos, u32>, key: Nanos) -> u32 {
+    outstanding.range(..=key).map(|(_, &c)| c).sum()
+}
+
 /// Sub-streams of a query's seed ([`QuerySpec::seed`]): one for its servers,
 /// one per server for that task's work, so neither shifts the other.
 const PICK_STREAM: u64 = 1;
@@ -375,7 +382,7 @@ pub struct Handler {
     dispatch: Mutex<LatencyHistogram>,
     /// Per server: the tasks this handler sent there (or queued for it) that have
     /// not returned, as (queue key → count); the key is what the scheme's queue
-    /// orders by (deadline, class or nothing). For predicted misses.
+    /// orders by (deadline, class or nothing). For predicted misses and `reject_late`.
     outstanding: Vec<Mutex<BTreeMap<Nanos, u32>>>,
     /// Per server, the mean and variance of its offline post-dequeue CDF (until it has
     /// learned its own), ns and ns².
@@ -892,7 +899,7 @@ impl Handler {
         for (i, &s) in servers.iter().enumerate() {
             let mut out = self.outstanding[s].lock().expect("outstanding poisoned");
             if predict {
-                let ahead: u32 = out.range(..=key).map(|(_, &c)| c).sum();
+                let ahead = tasks_ahead(&out, key);
                 predicted[i] = now.saturating_add(self.expected_wait(s, ahead)) > ctx.deadline;
             }
             *out.entry(key).or_default() += 1;
@@ -1104,8 +1111,7 @@ impl Handler {
     ) -> Option<(usize, Nanos, Nanos)> {
         let slack = deadline.saturating_sub(now);
         servers.iter().find_map(|&s| {
-            let ahead: u32 =
-                self.outstanding[s].lock().expect("outstanding poisoned").range(..=key).map(|(_, &c)| c).sum();
+            let ahead = tasks_ahead(&self.outstanding[s].lock().expect("outstanding poisoned"), key);
             let wait = self.wait_quantile(s, ahead, p);
             (wait > slack).then_some((s, wait, slack))
         })
