@@ -153,7 +153,7 @@ async fn handle(req: Request<Incoming>, tier: Arc<Tier>) -> Result<Response<Full
     };
     let now = wall_ns();
     let ctx = if tier.index == 0 {
-        // The edge never trusts an incoming context (DESIGN.md, "The wire format").
+        // The edge never trusts an incoming context (docs/design.md, "The context rides where services already forward things").
         Context::stamped(now)
     } else {
         match wire::extract(req.headers().iter().map(|(n, v)| (n.as_str(), v.as_bytes()))) {

@@ -221,7 +221,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Full<
             }
         },
     };
-    // A missing or malformed context still gets served (DESIGN.md: bad context is
+    // A missing or malformed context still gets served (docs/design.md: bad context is
     // re-stamped and counted), as a task with no deadline.
     let ctx = match wire::extract(req.headers().iter().map(|(n, v)| (n.as_str(), v.as_bytes()))) {
         Ok(Some(d)) => wire::clamp(d.context, now, MAX_CONTEXT_AGE_NS).0,
