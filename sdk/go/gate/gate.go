@@ -179,7 +179,7 @@ type Gate struct {
 	waiting queue
 	seq     uint64
 
-	admitted, released, maxRunning atomic.Uint64
+	admitted, released, maxRunning   atomic.Uint64
 	shedFull, shedDeadline, shedGone atomic.Uint64
 }
 

@@ -34,22 +34,34 @@ const (
 	Strip
 )
 
+// Received is what Receive made of a request.
+type Received struct {
+	// Context is the request's context: stamped, or received and clamped.
+	Context Context
+	// Action is what to do with the request's own carriers.
+	Action Action
+	// Carried says the request carried a context (even one rejected or
+	// stripped): only a request that carried none may take its deadline from
+	// another source, such as grpc-timeout (docs/wire-format.md).
+	Carried bool
+}
+
 // Receive is the context of a request arriving at now whose carriers values
 // returns (see Extract), and what to do with those carriers.
-func (r *Receiver) Receive(values func(name string) []string, now uint64) (Context, Action) {
+func (r *Receiver) Receive(values func(name string) []string, now uint64) Received {
 	if r.Edge != nil {
-		return r.Edge.Stamp(now), Rewrite
+		return Received{Context: r.Edge.Stamp(now), Action: Rewrite, Carried: true}
 	}
 	d, found, err := Extract(values)
 	r.Stats.Record(found, err)
 	if !found || err != nil {
-		return Stamped(now), Keep
+		return Received{Context: Stamped(now), Action: Keep, Carried: found}
 	}
 	c := d.Context
 	if r.Keyring != nil {
 		if c, err = d.Verify(r.Keyring); err != nil {
 			r.Stats.RecordError(err)
-			return Stamped(now), Strip
+			return Received{Context: Stamped(now), Action: Strip, Carried: true}
 		}
 	}
 	maxAge := r.MaxAge
@@ -58,5 +70,5 @@ func (r *Receiver) Receive(values func(name string) []string, now uint64) (Conte
 	}
 	c, clamped := Clamp(c, now, maxAge)
 	r.Stats.RecordClamp(clamped)
-	return c, Keep
+	return Received{Context: c, Action: Keep, Carried: true}
 }

@@ -95,14 +95,14 @@ func wallNanos() uint64 { return uint64(time.Now().UnixNano()) }
 // Receive is the context of r arriving at now, with r's headers rewritten at
 // the edge and stripped of an untrusted context.
 func (m *Middleware) Receive(r *http.Request, now uint64) tailorctx.Context {
-	c, action := m.receiver.Receive(headerValues(r.Header), now)
-	switch action {
+	got := m.receiver.Receive(headerValues(r.Header), now)
+	switch got.Action {
 	case tailorctx.Rewrite:
-		WriteHeaders(r.Header, c)
+		WriteHeaders(r.Header, got.Context)
 	case tailorctx.Strip:
 		stripHeaders(r.Header)
 	}
-	return c
+	return got.Context
 }
 
 func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
