@@ -171,11 +171,11 @@ func threadCPU() time.Duration {
 
 // outcome is what one registered handler saw.
 type outcome struct {
-	start, end     time.Time
-	policy, level  uint32
-	restored       bool
-	before, after  unix.SchedAttr
-	_ struct{}
+	start, end    time.Time
+	policy, level uint32
+	restored      bool
+	before, after unix.SchedAttr
+	_             struct{}
 }
 
 // job runs a handler registered at gat that burns cpu on the given CPU,
