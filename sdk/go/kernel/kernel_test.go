@@ -296,6 +296,21 @@ func TestTheKernelServesTheOlderRequestFirst(t *testing.T) {
 	t.Logf("registered: the older request (started second, more CPU) finished %v before the younger one, which ran %v..%v ms while the older one ran %v..%v ms",
 		young.end.Sub(old.end), 0, young.end.Sub(young.start).Milliseconds(), old.start.Sub(young.start).Milliseconds(), old.end.Sub(young.start).Milliseconds())
 
+	// A handler that panics still frees its slot and restores its thread.
+	func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		defer func() {
+			if r := recover(); r != "handler bug" {
+				t.Errorf("recovered %v", r)
+			}
+			if attr, _ := unix.SchedGetAttr(0, 0); attr.Policy != 0 /* SCHED_OTHER */ {
+				t.Errorf("after a panic the thread is at policy %d priority %d", attr.Policy, attr.Priority)
+			}
+		}()
+		c.Run(tailorctx.Stamped(origin+uint64(time.Millisecond)), func() { panic("handler bug") })
+	}()
+
 	// Every slot is free, and no thread of this process kept a SCHED_FIFO level.
 	for i := 0; i < c.t.slots; i++ {
 		if _, state := unpack(atomic.LoadUint64(c.t.u64(c.t.slot(i, offWord)))); state != StateFree {
@@ -309,7 +324,7 @@ func TestTheKernelServesTheOlderRequestFirst(t *testing.T) {
 			t.Fatalf("thread %d left at policy %d priority %d", tid, attr.Policy, attr.Priority)
 		}
 	}
-	if st := c.Stats(); st.Registered != 3 || st.Errors != 0 {
+	if st := c.Stats(); st.Registered != 4 || st.Errors != 0 {
 		t.Fatalf("%+v", st)
 	}
 
