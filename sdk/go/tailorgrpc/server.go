@@ -20,31 +20,17 @@ import (
 
 	"github.com/tailor-sched/tailor/sdk/go/gate"
 	"github.com/tailor-sched/tailor/sdk/go/tailorctx"
+	"github.com/tailor-sched/tailor/sdk/go/tailorhttp"
 )
+
+// ServerConfig is how a gRPC server treats incoming calls: the same settings
+// as the HTTP middleware's. At the edge (Edge set) a call's grpc-timeout is
+// not turned into a Tailor deadline: that would let a client buy urgency.
+type ServerConfig = tailorhttp.Config
 
 // Registrar runs a handler with its thread registered with the node's
 // scheduler: *kernel.Client (package kernel) is one.
-type Registrar interface {
-	Run(c tailorctx.Context, handler func())
-}
-
-// ServerConfig is how a gRPC server treats incoming calls.
-type ServerConfig struct {
-	// Edge is set when this server is the edge: every call gets a fresh context
-	// from the route, whatever it carried (and its grpc-timeout is not turned
-	// into a Tailor deadline: that would let a client buy urgency).
-	Edge *tailorctx.EdgeRoute
-	// MaxAge bounds the age of a received GAT (0: 10 s).
-	MaxAge time.Duration
-	// Keyring makes this server a trust boundary: only signed contexts are accepted.
-	Keyring *tailorctx.Keyring
-	// Gate, when set, runs at most Gate.Config().C handlers at once, in its policy's order.
-	Gate *gate.Gate
-	// Kernel, when set, registers each handler's thread with the node's kernel scheduler.
-	Kernel Registrar
-	// Stats counts the contexts received; nil makes a new one (Server.Stats).
-	Stats *tailorctx.Stats
-}
+type Registrar = tailorhttp.Registrar
 
 // Server makes the server interceptors of one configuration.
 type Server struct {
@@ -56,14 +42,7 @@ type Server struct {
 // NewServer makes the interceptors; install them with
 // grpc.NewServer(grpc.UnaryInterceptor(s.Unary()), grpc.StreamInterceptor(s.Stream())).
 func NewServer(cfg ServerConfig) *Server {
-	if cfg.Stats == nil {
-		cfg.Stats = new(tailorctx.Stats)
-	}
-	return &Server{
-		receiver: tailorctx.Receiver{Edge: cfg.Edge, MaxAge: uint64(cfg.MaxAge), Keyring: cfg.Keyring, Stats: cfg.Stats},
-		gate:     cfg.Gate,
-		kernel:   cfg.Kernel,
-	}
+	return &Server{receiver: cfg.Receiver(), gate: cfg.Gate, kernel: cfg.Kernel}
 }
 
 // Stats counts the contexts received: accepted, absent, rejected by kind, clamped.

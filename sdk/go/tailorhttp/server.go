@@ -54,17 +54,17 @@ type Middleware struct {
 	next     http.Handler
 }
 
-// New wraps next.
-func New(cfg Config, next http.Handler) *Middleware {
+// Receiver is what cfg says to do with incoming contexts (Stats made if nil).
+func (cfg Config) Receiver() tailorctx.Receiver {
 	if cfg.Stats == nil {
 		cfg.Stats = new(tailorctx.Stats)
 	}
-	return &Middleware{
-		receiver: tailorctx.Receiver{Edge: cfg.Edge, MaxAge: uint64(cfg.MaxAge), Keyring: cfg.Keyring, Stats: cfg.Stats},
-		gate:     cfg.Gate,
-		kernel:   cfg.Kernel,
-		next:     next,
-	}
+	return tailorctx.Receiver{Edge: cfg.Edge, MaxAge: uint64(cfg.MaxAge), Keyring: cfg.Keyring, Stats: cfg.Stats}
+}
+
+// New wraps next.
+func New(cfg Config, next http.Handler) *Middleware {
+	return &Middleware{receiver: cfg.Receiver(), gate: cfg.Gate, kernel: cfg.Kernel, next: next}
 }
 
 // Stats counts the contexts received: accepted, absent, rejected by kind, clamped.
