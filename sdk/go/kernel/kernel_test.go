@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +21,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tailor-sched/tailor/sdk/go/gate"
 	"github.com/tailor-sched/tailor/sdk/go/tailorctx"
+	"github.com/tailor-sched/tailor/sdk/go/tailorhttp"
 )
 
 // The same cases as the Rust `levels_fall_one_per_bucket_from_the_top_and_clamp`.
@@ -350,5 +355,69 @@ func TestABandModeAgentIsRefusedWithTheFix(t *testing.T) {
 	c.Run(tailorctx.Stamped(1), func() { ran = true })
 	if ok, _ := c.Active(); ok || !ran {
 		t.Fatalf("active %v ran %v", ok, ran)
+	}
+}
+
+// Many concurrent requests through the HTTP middleware with a gate and kernel
+// registration: every one is served, registered, and leaves its thread as it
+// found it.
+func TestConcurrentHTTPHandlersAllRegisterAndRestore(t *testing.T) {
+	bin := needAgent(t)
+	n := runtime.NumCPU()
+	a := startAgent(t, bin, "http", "--policy", "orf", "--c", strconv.Itoa(n), "--cpus", strconv.Itoa(n), "--enforce", "priority", "--slots", "64")
+	c, err := Connect(a.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := gate.New(gate.Config{Policy: gate.ORF, C: n})
+	var inside atomic.Int64
+	srv := httptest.NewServer(tailorhttp.New(tailorhttp.Config{Gate: g, Kernel: c}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if inside.Add(1) > int64(n) {
+			t.Errorf("more than %d handlers inside", n)
+		}
+		defer inside.Add(-1)
+		attr, _ := unix.SchedGetAttr(0, 0)
+		fmt.Fprintf(w, "%d", attr.Policy)
+		from := threadCPU()
+		for threadCPU()-from < 200*time.Microsecond {
+		}
+	})))
+	defer srv.Close()
+	const requests = 60
+	var wg sync.WaitGroup
+	now := uint64(time.Now().UnixNano())
+	for i := 0; i < requests; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			req, _ := http.NewRequest("GET", srv.URL, nil)
+			req.Header.Set(tailorctx.Header, tailorctx.Encode(tailorctx.Stamped(now-uint64(i)*uint64(time.Millisecond))))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(body) != strconv.Itoa(unix.SCHED_FIFO) {
+				t.Errorf("request %d: handler ran at policy %s, want SCHED_FIFO", i, body)
+			}
+		}(i)
+	}
+	wg.Wait()
+	if st := c.Stats(); st.Registered != requests || st.Errors != 0 {
+		t.Fatalf("%+v", st)
+	}
+	for i := 0; i < c.t.slots; i++ {
+		if _, state := unpack(atomic.LoadUint64(c.t.u64(c.t.slot(i, offWord)))); state != StateFree {
+			t.Fatalf("slot %d still in state %d", i, state)
+		}
+	}
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, task := range tasks {
+		tid, _ := strconv.Atoi(task.Name())
+		if attr, err := unix.SchedGetAttr(tid, 0); err == nil && attr.Policy != 0 /* SCHED_OTHER */ {
+			t.Fatalf("thread %d left at policy %d priority %d", tid, attr.Policy, attr.Priority)
+		}
 	}
 }
