@@ -184,8 +184,8 @@ type outcome struct {
 }
 
 // job runs a handler registered at gat that burns cpu on the given CPU,
-// telling started once it has run a little there.
-func job(c *Client, gat uint64, cpu int, burn time.Duration, started chan<- struct{}) outcome {
+// setting started once it has run a little there.
+func job(c *Client, gat uint64, cpu int, burn time.Duration, started *atomic.Bool) outcome {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var o outcome
@@ -205,7 +205,7 @@ func job(c *Client, gat uint64, cpu int, burn time.Duration, started chan<- stru
 		for signalled := false; threadCPU()-from < burn; {
 			if !signalled && threadCPU()-from > 5*time.Millisecond {
 				if started != nil {
-					close(started)
+					started.Store(true)
 				}
 				signalled = true
 			}
@@ -264,31 +264,56 @@ func TestTheKernelServesTheOlderRequestFirst(t *testing.T) {
 	// old one needs more CPU than the young one has left, so sharing the CPU
 	// fairly would finish the young one first; the kernel, ordering by level,
 	// runs the old one to completion first.
-	race := func(c *Client) (young, old outcome) {
-		youngStarted := make(chan struct{})
+	race := func(c *Client, registered bool) (young, old outcome) {
+		// The older request's thread waits, spinning, above every key level (as
+		// the Rust runtime's I/O threads do): a fair-class thread could sit
+		// behind the younger one's level on its CPU, or behind this shared
+		// machine's load, instead of arriving while the younger one runs.
+		var youngStarted, oldWaiting atomic.Bool
 		var wg sync.WaitGroup
-		wg.Add(1)
+		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			young = job(c, origin+20*uint64(time.Millisecond), cpu, 100*time.Millisecond, youngStarted)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			orig, _ := unix.SchedGetAttr(0, 0)
+			defer unix.SchedSetAttr(0, orig, 0)
+			above := unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: TopLevel + 5, Flags: unix.SCHED_FLAG_RESET_ON_FORK}
+			if err := unix.SchedSetAttr(0, &above, 0); err != nil {
+				t.Errorf("SCHED_FIFO/%d: %v", above.Priority, err)
+			}
+			oldWaiting.Store(true)
+			for start := time.Now(); !youngStarted.Load() && time.Since(start) < 20*time.Second; {
+			}
+			if !registered {
+				// Unregistered, the request runs at its thread's own policy: the default one.
+				unix.SchedSetAttr(0, orig, 0)
+			}
+			old = job(c, origin+5*uint64(time.Millisecond), cpu, 150*time.Millisecond, nil)
 		}()
-		<-youngStarted
-		old = job(c, origin+5*uint64(time.Millisecond), cpu, 150*time.Millisecond, nil)
+		for !oldWaiting.Load() {
+			time.Sleep(100 * time.Microsecond)
+		}
+		go func() {
+			defer wg.Done()
+			young = job(c, origin+20*uint64(time.Millisecond), cpu, 100*time.Millisecond, &youngStarted)
+		}()
 		wg.Wait()
 		return young, old
 	}
 	// Side by side: the same two requests unregistered (the Linux default).
 	unregistered := Open(filepath.Join(t.TempDir(), "none"), nil)
-	young, old := race(unregistered)
+	young, old := race(unregistered, false)
 	if !young.end.Before(old.end) {
 		t.Fatalf("control: unregistered, the younger request (less CPU left) should finish first under fair sharing; it finished %v after", young.end.Sub(old.end))
 	}
-	young, old = race(c)
+	young, old = race(c, true)
 	if young.policy != unix.SCHED_FIFO || old.policy != unix.SCHED_FIFO || young.level != 20 || old.level != 35 {
 		t.Fatalf("levels inside the handlers: young %d/%d, old %d/%d; want SCHED_FIFO 20 and 35", young.policy, young.level, old.policy, old.level)
 	}
 	if !old.end.Before(young.end) {
-		t.Fatalf("the older request finished at %v, after the younger one (%v): the kernel did not serve it first", old.end, young.end)
+		t.Fatalf("the older request finished after the younger one: the kernel did not serve it first (ms from the younger one's start: younger 0..%d, older %d..%d)",
+			young.end.Sub(young.start).Milliseconds(), old.start.Sub(young.start).Milliseconds(), old.end.Sub(young.start).Milliseconds())
 	}
 	if !young.restored || !old.restored {
 		t.Fatalf("threads not restored: young %+v -> %+v, old %+v -> %+v", young.before, young.after, old.before, old.after)
