@@ -138,6 +138,17 @@ func run(ctx context.Context, cfg config, ready chan<- string) error {
 	if err != nil {
 		return err
 	}
+	var k *kernel.Client
+	if cfg.table != "" {
+		k = kernel.Open(cfg.table, nil) // logs once why not, and then runs handlers unregistered
+		if ok, _ := k.Active(); !ok {
+			k = nil
+		} else if n := runtime.NumCPU(); n > 1 && cfg.c >= n {
+			// A CPU free of registered handlers for fair-class threads (docs/sdk.md).
+			log.Printf("kernel registration on: -c %d lowered to %d (CPUs - 1)", cfg.c, n-1)
+			cfg.c = n - 1
+		}
+	}
 	g, err := gate.New(gate.Config{Policy: policy, C: cfg.c, MaxQueue: cfg.maxQueue})
 	if err != nil {
 		return err
@@ -150,12 +161,8 @@ func run(ctx context.Context, cfg config, ready chan<- string) error {
 		}
 		mw.Edge = &route
 	}
-	var k *kernel.Client
-	if cfg.table != "" {
-		k = kernel.Open(cfg.table, nil) // logs once why not, and then runs handlers unregistered
-		if ok, _ := k.Active(); ok {
-			mw.Kernel = k
-		}
+	if k != nil {
+		mw.Kernel = k
 	}
 	m := tailorhttp.New(mw, handler(tailorhttp.Client(), cfg.downstream))
 	mux := http.NewServeMux()
