@@ -174,6 +174,24 @@ func threadCPU() time.Duration {
 	return time.Duration(ts.Nano())
 }
 
+// assertAllRestored: every slot of c's table is free, and no thread of this
+// process kept a SCHED_FIFO level.
+func assertAllRestored(t *testing.T, c *Client) {
+	t.Helper()
+	for i := 0; i < c.t.slots; i++ {
+		if _, state := unpack(atomic.LoadUint64(c.t.u64(c.t.slot(i, offWord)))); state != StateFree {
+			t.Fatalf("slot %d still in state %d", i, state)
+		}
+	}
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, task := range tasks {
+		tid, _ := strconv.Atoi(task.Name())
+		if attr, err := unix.SchedGetAttr(tid, 0); err == nil && attr.Policy != 0 /* SCHED_OTHER */ {
+			t.Fatalf("thread %d left at policy %d priority %d", tid, attr.Policy, attr.Priority)
+		}
+	}
+}
+
 // outcome is what one registered handler saw.
 type outcome struct {
 	start, end    time.Time
@@ -341,19 +359,7 @@ func TestTheKernelServesTheOlderRequestFirst(t *testing.T) {
 		c.Run(tailorctx.Stamped(origin+uint64(time.Millisecond)), func() { panic("handler bug") })
 	}()
 
-	// Every slot is free, and no thread of this process kept a SCHED_FIFO level.
-	for i := 0; i < c.t.slots; i++ {
-		if _, state := unpack(atomic.LoadUint64(c.t.u64(c.t.slot(i, offWord)))); state != StateFree {
-			t.Fatalf("slot %d still in state %d", i, state)
-		}
-	}
-	tasks, _ := os.ReadDir("/proc/self/task")
-	for _, task := range tasks {
-		tid, _ := strconv.Atoi(task.Name())
-		if attr, err := unix.SchedGetAttr(tid, 0); err == nil && attr.Policy != 0 /* SCHED_OTHER */ {
-			t.Fatalf("thread %d left at policy %d priority %d", tid, attr.Policy, attr.Priority)
-		}
-	}
+	assertAllRestored(t, c)
 	if st := c.Stats(); st.Registered != 4 || st.Errors != 0 {
 		t.Fatalf("%+v", st)
 	}
@@ -433,16 +439,5 @@ func TestConcurrentHTTPHandlersAllRegisterAndRestore(t *testing.T) {
 	if st := c.Stats(); st.Registered != requests || st.Errors != 0 {
 		t.Fatalf("%+v", st)
 	}
-	for i := 0; i < c.t.slots; i++ {
-		if _, state := unpack(atomic.LoadUint64(c.t.u64(c.t.slot(i, offWord)))); state != StateFree {
-			t.Fatalf("slot %d still in state %d", i, state)
-		}
-	}
-	tasks, _ := os.ReadDir("/proc/self/task")
-	for _, task := range tasks {
-		tid, _ := strconv.Atoi(task.Name())
-		if attr, err := unix.SchedGetAttr(tid, 0); err == nil && attr.Policy != 0 /* SCHED_OTHER */ {
-			t.Fatalf("thread %d left at policy %d priority %d", tid, attr.Policy, attr.Priority)
-		}
-	}
+	assertAllRestored(t, c)
 }
