@@ -441,3 +441,57 @@ impl Drop for Table {
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// The layout is a protocol other languages implement (docs/kernel-table-protocol.md;
+    /// sdk/go/kernel): moving a field is a new VERSION, and this test says so.
+    #[test]
+    fn the_layout_is_the_documented_protocol() {
+        assert_eq!(VERSION, 6, "a layout change bumps VERSION and docs/kernel-table-protocol.md");
+        assert_eq!(MAGIC.to_le_bytes(), *b"TAILORSC");
+        assert_eq!(size_of::<Header>(), 128);
+        let header = [
+            offset_of!(Header, magic),
+            offset_of!(Header, version),
+            offset_of!(Header, slots),
+            offset_of!(Header, agent_pid),
+            offset_of!(Header, agent_state),
+            offset_of!(Header, heartbeat),
+            offset_of!(Header, doorbell),
+            offset_of!(Header, agent_sleeping),
+            offset_of!(Header, runnable),
+            offset_of!(Header, fast_limit),
+            offset_of!(Header, handoffs),
+            offset_of!(Header, ordering),
+            offset_of!(Header, key),
+            offset_of!(Header, bucket_ns),
+            offset_of!(Header, base),
+            offset_of!(Header, newest),
+        ];
+        assert_eq!(header, [0, 8, 12, 16, 20, 24, 32, 36, 40, 44, 48, 56, 60, 64, 72, 80]);
+        assert_eq!(size_of::<Slot>(), 128);
+        let slot = [
+            offset_of!(Slot, word),
+            offset_of!(Slot, pid),
+            offset_of!(Slot, tid),
+            offset_of!(Slot, gat),
+            offset_of!(Slot, deadline),
+            offset_of!(Slot, class),
+            offset_of!(Slot, orig_policy),
+            offset_of!(Slot, orig_priority),
+            offset_of!(Slot, admitted),
+            offset_of!(Slot, agent_busy),
+            offset_of!(Slot, successor),
+            offset_of!(Slot, wakes),
+        ];
+        assert_eq!(slot, [0, 8, 12, 16, 24, 32, 36, 40, 44, 48, 56, 64]);
+        // Header, dirty bitmap in whole cache lines, then the slots.
+        assert_eq!((bitmap_len(1), bitmap_len(512), bitmap_len(513), bitmap_len(1024)), (64, 64, 128, 128));
+        assert_eq!(slots_offset(1024), 256);
+        assert_eq!(table_len(1024), 256 + 1024 * 128);
+    }
+}
