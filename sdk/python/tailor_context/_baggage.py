@@ -120,27 +120,27 @@ def extract(headers: Iterable[Tuple[Union[str, bytes], Union[str, bytes]]]) -> O
     tailor member of baggage, all baggage headers being one list of at most
     8192 bytes with at most one member of ours. Raises WireError."""
     dedicated: list = []
-    total, lines, count, first = 0, 0, 0, None
+    baggage: list = []
     for name, value in headers:
         n = _header_name(name)
         if n == _NAME_HEADER:
             dedicated.append(value)
         elif n == _NAME_BAGGAGE:
-            v = as_bytes(value)
-            total += len(v) + (1 if lines else 0)
-            lines += 1
-            if total > MAX_BAGGAGE_LEN:
-                continue
-            c, raw = _scan(v)
-            if first is None and raw is not None:
-                first = raw
-            count += c
+            baggage.append(value)
     if len(dedicated) > 1:
         raise WireError("ambiguous")
     if dedicated:
-        return decode(dedicated[0])
-    if total > MAX_BAGGAGE_LEN:
-        raise WireError("too_long")
+        return decode(dedicated[0])  # baggage is not consulted at all
+    total, count, first = 0, 0, None
+    for i, value in enumerate(baggage):
+        v = as_bytes(value)
+        total += len(v) + (1 if i else 0)
+        if total > MAX_BAGGAGE_LEN:
+            raise WireError("too_long")
+        c, raw = _scan(v)
+        if first is None and raw is not None:
+            first = raw
+        count += c
     if count == 0:
         return None
     if count > 1:
