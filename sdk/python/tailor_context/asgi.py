@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable, List, Optional, Tuple
 from ._baggage import BAGGAGE_HEADER
 from ._codec import HEADER
 from .gate import AsyncGate, Shed
-from .propagation import _CURRENT, ContextConfig, context_headers
+from .propagation import _CURRENT, ContextConfig, ServerSide, context_headers
 
 Scope = dict
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
@@ -64,20 +64,14 @@ async def send_shed(send: Callable[[Any], Awaitable[None]], shed: Shed) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class TailorASGI:
+class TailorASGI(ServerSide):
     """Wraps an ASGI app (see the module doc)."""
 
     def __init__(
-        self,
-        app: ASGIApp,
-        config: Optional[ContextConfig] = None,
-        gate: Optional[AsyncGate] = None,
-        clock: Callable[[], int] = time.time_ns,
+        self, app: ASGIApp, config: Optional[ContextConfig] = None, gate: Optional[AsyncGate] = None, clock: Callable[[], int] = time.time_ns
     ) -> None:
+        super().__init__(config, gate, clock)
         self.app = app
-        self.config = ContextConfig.hop() if config is None else config
-        self.gate = gate
-        self.clock = clock
 
     async def __call__(self, scope: Scope, receive, send) -> None:
         if scope.get("type") != "http":

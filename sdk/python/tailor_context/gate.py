@@ -38,7 +38,7 @@ import threading
 import time
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, AsyncIterator, List, Optional, Tuple
+from typing import Any, AsyncIterator, Callable, Iterator, List, Optional, Tuple
 
 from ._codec import NEVER, Context
 
@@ -195,8 +195,10 @@ def default_c() -> int:
         return os.cpu_count() or 1
 
 
-class ThreadGate:
-    """The gate for handlers on threads. ``with gate.admit(ctx): handle()``; raises :class:`Shed`."""
+class _Gate:
+    """What both gates are configured with: ``policy`` (see the module doc), ``c``
+    handlers at once (default: this process's CPUs), ``max_queue`` waiting at most,
+    ``clock`` (ns, the clock deadlines are on), ``shed_expired``."""
 
     def __init__(
         self,
@@ -207,7 +209,6 @@ class ThreadGate:
         shed_expired: bool = True,
     ) -> None:
         self._q = _Queue(policy, default_c() if c is None else c, max_queue, clock, shed_expired)
-        self._lock = threading.Lock()
 
     @property
     def c(self) -> int:
@@ -216,6 +217,13 @@ class ThreadGate:
     @property
     def policy(self) -> str:
         return self._q.policy
+
+class ThreadGate(_Gate):
+    """The gate for handlers on threads. ``with gate.admit(ctx): handle()``; raises :class:`Shed`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lock = threading.Lock()
 
     def enter(self, ctx: Context) -> int:
         """Waits for admission; returns the ns waited. Call :meth:`leave` after the handler."""
@@ -256,29 +264,11 @@ class ThreadGate:
             return GateStats(**vars(self._q.stats))
 
 
-class AsyncGate:
+class AsyncGate(_Gate):
     """The gate for coroutines on ONE event loop (an ASGI app, a grpc.aio server).
     ``async with gate.admit(ctx): await handle()``; raises :class:`Shed`. A request
     cancelled while waiting (client gone) leaves the queue; one cancelled after its
     admission gives its slot on."""
-
-    def __init__(
-        self,
-        policy: str = "orf",
-        c: Optional[int] = None,
-        max_queue: int = 1024,
-        clock: Callable[[], int] = time.time_ns,
-        shed_expired: bool = True,
-    ) -> None:
-        self._q = _Queue(policy, default_c() if c is None else c, max_queue, clock, shed_expired)
-
-    @property
-    def c(self) -> int:
-        return self._q.c
-
-    @property
-    def policy(self) -> str:
-        return self._q.policy
 
     @staticmethod
     def _wake(woken: List[_Waiter]) -> None:

@@ -21,8 +21,7 @@ calls the time left to the current deadline as their timeout, keeping a shorter 
 
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Callable, NamedTuple, Optional
 
 import grpc
@@ -30,7 +29,7 @@ import grpc.aio
 
 from ._codec import Context
 from .gate import SHED_DEADLINE, Shed
-from .propagation import _CURRENT, NANOS_PER_SEC, ContextConfig, context_headers, current, timeout_for
+from .propagation import _CURRENT, NANOS_PER_SEC, ServerSide, context_headers, current, timeout_for
 
 REJECTED_KEY = "tailor-rejected"
 _OURS = ("tailor-context", "baggage")
@@ -62,13 +61,8 @@ def _rewrap(handler: Any, wrap: Callable[[Callable, bool], Callable]) -> Any:
     return handler
 
 
-class ServerInterceptor(grpc.ServerInterceptor):
+class ServerInterceptor(ServerSide, grpc.ServerInterceptor):
     """The sync server's interceptor (see the module doc)."""
-
-    def __init__(self, config: Optional[ContextConfig] = None, gate: Any = None, clock=time.time_ns) -> None:
-        self.config = ContextConfig.hop() if config is None else config
-        self.gate = gate
-        self.clock = clock
 
     @contextmanager
     def _serving(self, metadata, rpc_context):
@@ -115,20 +109,27 @@ class ServerInterceptor(grpc.ServerInterceptor):
         return _rewrap(handler, wrap)
 
 
-class AioServerInterceptor(grpc.aio.ServerInterceptor):
+class AioServerInterceptor(ServerSide, grpc.aio.ServerInterceptor):
     """The ``grpc.aio`` server's interceptor (see the module doc). Coroutine handlers only."""
 
-    def __init__(self, config: Optional[ContextConfig] = None, gate: Any = None, clock=time.time_ns) -> None:
-        self.config = ContextConfig.hop() if config is None else config
-        self.gate = gate
-        self.clock = clock
-
-    async def _admit(self, ctx: Context, rpc_context: Any) -> None:
+    @asynccontextmanager
+    async def _serving(self, metadata, rpc_context):
+        ctx = self.config.incoming(metadata or (), self.clock(), _remaining_ns(rpc_context))
+        token = _CURRENT.set(ctx)
         try:
-            await self.gate.enter(ctx)
-        except Shed as shed:
-            rpc_context.set_trailing_metadata(((REJECTED_KEY, shed.reason),))
-            await rpc_context.abort(_shed_status(shed), f"tailor: request shed ({shed.reason}): {shed.detail}")
+            if self.gate is not None:
+                try:
+                    await self.gate.enter(ctx)
+                except Shed as shed:
+                    rpc_context.set_trailing_metadata(((REJECTED_KEY, shed.reason),))
+                    await rpc_context.abort(_shed_status(shed), f"tailor: request shed ({shed.reason}): {shed.detail}")
+            try:
+                yield ctx
+            finally:
+                if self.gate is not None:
+                    self.gate.leave()
+        finally:
+            _CURRENT.reset(token)
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
@@ -140,35 +141,15 @@ class AioServerInterceptor(grpc.aio.ServerInterceptor):
             if streams:
 
                 async def run_stream(request, rpc_context):
-                    ctx = self.config.incoming(metadata or (), self.clock(), _remaining_ns(rpc_context))
-                    token = _CURRENT.set(ctx)
-                    try:
-                        if self.gate is not None:
-                            await self._admit(ctx, rpc_context)
-                        try:
-                            async for item in behaviour(request, rpc_context):
-                                yield item
-                        finally:
-                            if self.gate is not None:
-                                self.gate.leave()
-                    finally:
-                        _CURRENT.reset(token)
+                    async with self._serving(metadata, rpc_context):
+                        async for item in behaviour(request, rpc_context):
+                            yield item
 
                 return run_stream
 
             async def run(request, rpc_context):
-                ctx = self.config.incoming(metadata or (), self.clock(), _remaining_ns(rpc_context))
-                token = _CURRENT.set(ctx)
-                try:
-                    if self.gate is not None:
-                        await self._admit(ctx, rpc_context)
-                    try:
-                        return await behaviour(request, rpc_context)
-                    finally:
-                        if self.gate is not None:
-                            self.gate.leave()
-                finally:
-                    _CURRENT.reset(token)
+                async with self._serving(metadata, rpc_context):
+                    return await behaviour(request, rpc_context)
 
             return run
 

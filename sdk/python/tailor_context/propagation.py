@@ -14,7 +14,7 @@ import contextvars
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, List, MutableMapping, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, Iterator, List, MutableMapping, Optional, Tuple, Union
 
 from ._baggage import BAGGAGE_HEADER, baggage_with, extract
 from ._clamp import EdgeRoute, clamp
@@ -87,6 +87,17 @@ class ContextConfig:
         ctx, clamped = clamp(decoded.context, now, self.max_age_ns)
         self.stats.record_clamp(clamped)
         return ctx
+
+
+class ServerSide:
+    """What every server integration holds: how it treats incoming contexts (``config``,
+    default a hop), what orders its handlers (``gate``: a gate, a kernel registrar, or
+    None) and the clock contexts are stamped and clamped with (ns, realtime)."""
+
+    def __init__(self, config: Optional[ContextConfig] = None, gate: Any = None, clock: Callable[[], int] = time.time_ns) -> None:
+        self.config = ContextConfig.hop() if config is None else config
+        self.gate = gate
+        self.clock = clock
 
 
 def context_headers(ctx: Context, baggage: Optional[str]) -> List[Tuple[str, str]]:

@@ -23,7 +23,7 @@ import time
 from typing import Any, Callable, Iterable, Optional
 
 from .gate import Shed
-from .propagation import _CURRENT, ContextConfig, context_headers
+from .propagation import _CURRENT, ContextConfig, ServerSide, context_headers
 
 REJECTED_HEADER = "tailor-rejected"
 ENVIRON_KEY = "tailor.context"
@@ -51,22 +51,16 @@ class _Held:
                 done()
 
 
-class TailorWSGI:
+class TailorWSGI(ServerSide):
     """Wraps a WSGI app (see the module doc). ``gate``: anything with ``enter(ctx) ->
     token`` and ``leave(token)`` (:class:`~tailor_context.gate.ThreadGate`,
     :class:`~tailor_context.kernel.KernelRegistrar`), or None."""
 
     def __init__(
-        self,
-        app: Callable[..., Iterable[bytes]],
-        config: Optional[ContextConfig] = None,
-        gate: Any = None,
-        clock: Callable[[], int] = time.time_ns,
+        self, app: Callable[..., Iterable[bytes]], config: Optional[ContextConfig] = None, gate: Any = None, clock: Callable[[], int] = time.time_ns
     ) -> None:
+        super().__init__(config, gate, clock)
         self.app = app
-        self.config = ContextConfig.hop() if config is None else config
-        self.gate = gate
-        self.clock = clock
 
     def __call__(self, environ: dict, start_response):
         carried = [(name, environ[key]) for name, key in _ENV_NAMES.items() if key in environ]
