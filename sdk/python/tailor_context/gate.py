@@ -228,13 +228,14 @@ class ThreadGate(_Gate):
     def enter(self, ctx: Context) -> int:
         """Waits for admission; returns the ns waited. Call :meth:`leave` after the handler."""
         with self._lock:
-            wake = threading.Lock()
-            wake.acquire()
-            w = self._q.arrive(ctx, wake)
-        if w is None:
-            return 0
+            w = self._q.arrive(ctx, None)
+            if w is None:
+                return 0
+            # Made under the gate's lock, so no dispatch can look for it before it exists.
+            w.wake = threading.Lock()
+            w.wake.acquire()
         start = time.monotonic_ns()
-        wake.acquire()  # released by dispatch, which set the outcome first
+        w.wake.acquire()  # released by dispatch, which set the outcome first
         waited = time.monotonic_ns() - start
         if w.outcome != ADMITTED:
             raise _shed_error(w, self._q.clock)

@@ -17,6 +17,23 @@ def wait_until(what, cond, timeout=20.0):
         time.sleep(0.0005)
 
 
+def send_in_order_behind_a_holder(gate, send, gats, release):
+    """Contention, made exact: ``send(1)`` (the holder, whose handler waits for
+    ``release``) takes the gate's only slot; then ``send(gat)`` for each of ``gats``, one at
+    a time, each once the previous one waits in the gate's queue (so the local arrival
+    order is ``gats``); then the holder is released. Returns when every request is answered."""
+    threads = [threading.Thread(target=send, args=(1,))]
+    threads[0].start()
+    wait_until("the holder's admission", lambda: gate.stats().admitted == 1)
+    for i, gat in enumerate(gats):
+        threads.append(threading.Thread(target=send, args=(gat,)))
+        threads[-1].start()
+        wait_until("the request to queue", lambda: gate.stats().waiting == i + 1)
+    release.set()
+    for t in threads:
+        t.join()
+
+
 def _listener():
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -15,7 +15,7 @@ from tailor_context.asgi import SCOPE_KEY, TailorASGI
 from tailor_context.gate import AsyncGate
 from tailor_context.propagation import ContextConfig, current
 
-from servers import uvicorn_server, wait_until
+from servers import send_in_order_behind_a_holder, uvicorn_server
 
 NOW = 1_732_272_000_000_000_000
 
@@ -141,16 +141,7 @@ def test_the_gate_orders_requests_by_gat_under_contention_over_uvicorn():
         def get(gat):
             results[gat] = httpx.get(url, headers={"tailor-context": encode(Context(gat))}, timeout=30).status_code
 
-        threads = [threading.Thread(target=get, args=(1,))]
-        threads[0].start()
-        wait_until("the holder's admission", lambda: gate.stats().admitted == 1)
-        for i, gat in enumerate(gats):
-            threads.append(threading.Thread(target=get, args=(gat,)))
-            threads[-1].start()
-            wait_until("the request to queue", lambda: gate.stats().waiting == i + 1)
-        release.set()
-        for t in threads:
-            t.join()
+        send_in_order_behind_a_holder(gate, get, gats, release)
     assert order == [1] + sorted(gats)
     assert set(results.values()) == {200}
     assert gate.stats().max_running == 1

@@ -24,7 +24,7 @@ from tailor_context.grpc_interceptors import (  # noqa: E402
 )
 from tailor_context.propagation import ContextConfig, current, serving  # noqa: E402
 
-from servers import wait_until  # noqa: E402
+from servers import send_in_order_behind_a_holder  # noqa: E402
 
 METHOD = "/tailor.test.Echo/Call"
 
@@ -86,7 +86,8 @@ def test_a_grpc_timeout_becomes_the_deadline_and_the_deadline_becomes_a_timeout(
         server.stop(None)
     assert before + 4 * 10**9 < no_context.deadline <= time.time_ns() + 5 * 10**9
     assert carried.deadline == parent_deadline, "the context's own deadline wins when it is carried"
-    assert remaining[1] <= 2.0, f"the 30 s timeout was cut to the deadline's 2 s: {remaining[1]}"
+    # About 2 s (grpc-timeout rounds up, and the clocks move), far from the caller's 30 s.
+    assert remaining[1] < 5.0, f"the 30 s timeout was cut to the deadline's 2 s: {remaining[1]}"
 
 
 def test_sync_gate_orders_calls_by_gat_and_sheds_expired_ones_as_deadline_exceeded():
@@ -104,17 +105,10 @@ def test_sync_gate_orders_calls_by_gat_and_sheds_expired_ones_as_deadline_exceed
         call = grpc.insecure_channel(target).unary_unary(METHOD)
         base = time.time_ns()
         gats = [base - 5, base - 1, base - 4, base - 2, base - 3]
-        threads = [threading.Thread(target=call, args=(b"",), kwargs={"metadata": (("tailor-context", encode(Context(1))),)})]
-        threads[0].start()
-        wait_until("the holder's admission", lambda: gate.stats().admitted == 1)
-        for i, gat in enumerate(gats):
-            md = (("tailor-context", encode(Context(gat))),)
-            threads.append(threading.Thread(target=call, args=(b"",), kwargs={"metadata": md, "timeout": 30}))
-            threads[-1].start()
-            wait_until("the call to queue", lambda: gate.stats().waiting == i + 1)
-        release.set()
-        for t in threads:
-            t.join()
+        def send(gat):
+            call(b"", metadata=(("tailor-context", encode(Context(gat))),), timeout=30)
+
+        send_in_order_behind_a_holder(gate, send, gats, release)
         now = time.time_ns()
         with pytest.raises(grpc.RpcError) as e:
             call(b"", metadata=(("tailor-context", encode(Context(now - 10**9, now - 10**6))),), timeout=30)

@@ -19,7 +19,7 @@ from tailor_context.gate import ThreadGate
 from tailor_context.propagation import ContextConfig, current
 from tailor_context.wsgi import ENVIRON_KEY, TailorWSGI
 
-from servers import waitress_server, wait_until
+from servers import send_in_order_behind_a_holder, waitress_server, wait_until
 
 
 def ok(start_response, body=b"ok"):
@@ -75,16 +75,7 @@ def test_the_thread_gate_orders_requests_by_gat_under_contention_over_waitress()
         def get(gat):
             statuses.append(requests.get(url, headers={"tailor-context": encode(Context(gat))}, timeout=30).status_code)
 
-        threads = [threading.Thread(target=get, args=(1,))]
-        threads[0].start()
-        wait_until("the holder's admission", lambda: gate.stats().admitted == 1)
-        for i, gat in enumerate(gats):
-            threads.append(threading.Thread(target=get, args=(gat,)))
-            threads[-1].start()
-            wait_until("the request to queue", lambda: gate.stats().waiting == i + 1)
-        release.set()
-        for t in threads:
-            t.join()
+        send_in_order_behind_a_holder(gate, get, gats, release)
     assert order == [1] + sorted(gats)
     assert statuses == [200] * 6
     s = gate.stats()
