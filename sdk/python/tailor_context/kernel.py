@@ -73,6 +73,7 @@ WATCHDOG_NS = 500_000_000
 
 _FUTEX_WAKE = 1
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def level(key: int, base: int, bucket_ns: int) -> int:
@@ -162,8 +163,8 @@ class Table:
         a = self.atomics
         a.fetch_add32(self.h(H_DOORBELL), 1)
         if a.load32(self.h(H_AGENT_SLEEPING)) != 0 and _SYS_FUTEX is not None:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.syscall(_SYS_FUTEX, ctypes.c_void_p(self.h(H_DOORBELL)), _FUTEX_WAKE, 1, None, None, 0)
+            # No FUTEX_PRIVATE_FLAG: the agent sleeps on this word from another process.
+            _LIBC.syscall(_SYS_FUTEX, ctypes.c_void_p(self.h(H_DOORBELL)), _FUTEX_WAKE, 1, None, None, 0)
 
 
 @dataclass(frozen=True)
