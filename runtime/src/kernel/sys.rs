@@ -123,6 +123,36 @@ pub fn thread_alive(pid: i32, tid: i32) -> bool {
     r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
+/// When thread `tid` of process `pid` started (clock ticks since boot, field 22 of
+/// `/proc/<pid>/task/<tid>/stat`), or `None` if there is no such thread. With the id it
+/// names one thread for good: a thread id reused by a later thread has a later start.
+pub fn thread_start_time(pid: i32, tid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count after the last ')'.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// The calling thread's `(tid, start time)`, read once per thread.
+pub fn my_thread_identity() -> (i32, u64) {
+    thread_local! {
+        static IDENTITY: (i32, u64) = {
+            let tid = gettid();
+            (tid, thread_start_time(std::process::id() as i32, tid).unwrap_or(0))
+        };
+    }
+    IDENTITY.with(|id| *id)
+}
+
+/// Whether `tid` of `pid` is still the thread that started at `start` (0 = unknown: only
+/// that the id names a thread of `pid`).
+pub fn same_thread(pid: i32, tid: i32, start: u64) -> bool {
+    if start == 0 {
+        return thread_alive(pid, tid);
+    }
+    thread_start_time(pid, tid) == Some(start)
+}
+
 /// Whether process `pid` exists.
 pub fn process_alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks existence and permission.
