@@ -39,8 +39,6 @@ fn ms(ns: u64) -> f64 {
 /// What the service reported on stdout so far.
 #[derive(Default)]
 struct Observed {
-    fallbacks: Vec<u64>,
-    reattaches: Vec<u64>,
     probes: Vec<(u64, String)>,
     reused: Option<i32>,
 }
@@ -55,8 +53,6 @@ impl Observed {
     fn note(&mut self, line: &str) {
         let mut f = line.split_whitespace();
         match (f.next(), f.next(), f.next()) {
-            (Some("event"), Some("fallback"), Some(t)) => self.fallbacks.extend(t.parse::<u64>().ok()),
-            (Some("event"), Some("reattach"), Some(t)) => self.reattaches.extend(t.parse::<u64>().ok()),
             (Some("probe"), Some(t), Some(order)) => {
                 self.probes.extend(t.parse::<u64>().ok().map(|t| (t, order.to_string())));
             }
@@ -67,21 +63,17 @@ impl Observed {
         }
     }
 
-    fn first_after(times: &[u64], t0: u64) -> Option<u64> {
-        times.iter().copied().find(|&t| t >= t0)
-    }
-
     /// The end of the first probe after `t0` that saw the older request served first.
     fn ordered_after(&self, t0: u64) -> Option<u64> {
         self.probes.iter().find(|(t, order)| *t >= t0 && order == "old-first").map(|(t, _)| *t)
     }
 }
 
-/// Polls the service's threads until none is at an RT priority or SCHED_IDLE; ms since `t0`.
-fn wait_restored(svc: &Proc, t0: u64, timeout: Duration) -> Option<f64> {
+/// Polls (every 0.5 ms) until `done`; ms since `t0`, or `None` after `timeout`.
+fn wait_until(t0: u64, timeout: Duration, mut done: impl FnMut() -> bool) -> Option<f64> {
     let deadline = Instant::now() + timeout;
     loop {
-        if node::raised_threads(svc.pid()).is_empty() {
+        if done() {
             return Some(ms(monotonic_ns() - t0));
         }
         if Instant::now() >= deadline {
@@ -91,10 +83,29 @@ fn wait_restored(svc: &Proc, t0: u64, timeout: Duration) -> Option<f64> {
     }
 }
 
-/// Watches the service for `window`: every thread found at an RT priority or SCHED_IDLE.
+/// The service's watchdog thread is at SCHED_FIFO: attached to an agent (it lowers
+/// itself when it falls back and rises again when it re-attaches).
+fn attached(svc: &Proc) -> bool {
+    node::threads(svc.pid()).iter().any(|t| t.name == "tailor-watchdog" && t.policy.base() == libc::SCHED_FIFO)
+}
+
+/// Fault at `t0` → the service fell back (its watchdog lowered itself, read back) → no
+/// thread of it at an RT priority or SCHED_IDLE: `detect_ms` and `restore_ms`.
+fn wait_restored_detected(svc: &Proc, t0: u64, row: &mut Row) {
+    row.detect_ms = wait_until(t0, Duration::from_secs(3), || !attached(svc));
+    row.restore_ms = row.detect_ms.and_then(|_| wait_restored(svc, t0, Duration::from_secs(3)));
+}
+
+/// Polls the service's threads until none is at an RT priority or SCHED_IDLE; ms since `t0`.
+fn wait_restored(svc: &Proc, t0: u64, timeout: Duration) -> Option<f64> {
+    wait_until(t0, timeout, || node::raised_threads(svc.pid()).is_empty())
+}
+
+/// Watches the service for `window` (or until it re-attaches, when raising its I/O and pool
+/// threads is right again): every thread found at an RT priority or SCHED_IDLE.
 fn left_raised(svc: &Proc, window: Duration, left: &mut Vec<String>) {
     let end = Instant::now() + window;
-    while Instant::now() < end {
+    while Instant::now() < end && !attached(svc) {
         for t in node::raised_threads(svc.pid()) {
             let d = t.describe();
             if !left.contains(&d) {
@@ -172,6 +183,25 @@ fn p99(lat: &[(u64, u64)], from: u64, to: u64) -> Option<f64> {
     Some(ms(v[((v.len() as f64 * 0.99).ceil() as usize).clamp(1, v.len()) - 1]))
 }
 
+/// Runs the harness's measuring thread at SCHED_FIFO 44 (above everything it watches, the
+/// agent at 43 included) while a case runs, so its polling times the node and not its own
+/// scheduling delays on a busy machine; its policy is put back on drop.
+pub struct MeasuringThread(ThreadPolicy);
+
+impl MeasuringThread {
+    pub fn raise() -> MeasuringThread {
+        let before = sys::get_policy(0).unwrap_or(ThreadPolicy { policy: libc::SCHED_OTHER, priority: 0 });
+        let _ = sys::set_policy(0, ThreadPolicy::fifo(tailor_runtime::kernel::AGENT_PRIORITY + 1));
+        MeasuringThread(before)
+    }
+}
+
+impl Drop for MeasuringThread {
+    fn drop(&mut self) {
+        let _ = sys::set_policy(0, self.0);
+    }
+}
+
 /// The load every case runs: modest, so the 2-CPU CI machine is not saturated by it.
 const LOAD: [&str; 4] = ["--rate", "300", "--work-us", "300"];
 
@@ -206,10 +236,8 @@ pub fn agent_kill9(exe: &Path) -> Row {
     obs.take(&svc);
     let t0 = monotonic_ns();
     drop(agent); // SIGKILL
-    row.restore_ms = wait_restored(&svc, t0, Duration::from_secs(3));
+    wait_restored_detected(&svc, t0, &mut row);
     left_raised(&svc, Duration::from_millis(300), &mut row.left);
-    obs.take(&svc);
-    row.detect_ms = Observed::first_after(&obs.fallbacks, t0).map(|t| ms(t - t0));
     by.check(&mut row.left);
     let lat = finish(svc, &mut obs, &mut row);
     row.p99_ms = p99(&lat, t0, u64::MAX);
@@ -230,11 +258,9 @@ pub fn agent_sigstop(exe: &Path) -> Row {
     obs.take(&svc);
     let t0 = monotonic_ns();
     agent.signal(libc::SIGSTOP);
-    row.restore_ms = wait_restored(&svc, t0, Duration::from_secs(3));
+    wait_restored_detected(&svc, t0, &mut row);
     left_raised(&svc, Duration::from_millis(300), &mut row.left);
     by.check(&mut row.left);
-    obs.take(&svc);
-    row.detect_ms = Observed::first_after(&obs.fallbacks, t0).map(|t| ms(t - t0));
     let t1 = monotonic_ns();
     agent.signal(libc::SIGCONT);
     wait_ordered(&svc, &mut obs, t1, &mut row);
@@ -245,16 +271,13 @@ pub fn agent_sigstop(exe: &Path) -> Row {
 
 /// Waits (≤ 5 s) for the service to re-attach and an older request to be served first again.
 fn wait_ordered(svc: &Proc, obs: &mut Observed, t1: u64, row: &mut Row) {
+    row.reattach_ms = wait_until(t1, Duration::from_secs(5), || attached(svc));
+    let reattached = row.reattach_ms.map_or(u64::MAX, |m| t1 + (m * 1e6) as u64);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
+    while Instant::now() < deadline && obs.ordered_after(reattached).is_none() {
         obs.take(svc);
-        if obs.ordered_after(t1).is_some() && Observed::first_after(&obs.reattaches, t1).is_some() {
-            break;
-        }
         std::thread::sleep(Duration::from_millis(5));
     }
-    row.reattach_ms = Observed::first_after(&obs.reattaches, t1).map(|t| ms(t - t1));
-    let reattached = Observed::first_after(&obs.reattaches, t1).unwrap_or(u64::MAX);
     row.ordering_ms = obs.ordered_after(reattached).map(|t| ms(t - t1));
 }
 
@@ -279,20 +302,15 @@ pub fn agent_killed_mid_write(exe: &Path, rounds: usize) -> Row {
         obs.take(&svc);
         let t0 = monotonic_ns();
         drop(agent);
-        let restored = wait_restored(&svc, t0, Duration::from_secs(3));
-        worst_restore = worst_restore.max(restored.unwrap_or(f64::INFINITY));
+        let mut this = Row::default();
+        wait_restored_detected(&svc, t0, &mut this);
+        worst_restore = worst_restore.max(this.restore_ms.unwrap_or(f64::INFINITY));
+        worst_detect = worst_detect.max(this.detect_ms.unwrap_or(f64::INFINITY));
         left_raised(&svc, Duration::from_millis(100), &mut row.left);
-        obs.take(&svc);
-        worst_detect = worst_detect.max(Observed::first_after(&obs.fallbacks, t0).map_or(f64::INFINITY, |t| ms(t - t0)));
         let t1 = monotonic_ns();
         agent = procs::agent(exe, &t.0, &["--bucket-us", "20"]);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Observed::first_after(&obs.reattaches, t1).is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(2));
-            obs.take(&svc);
-        }
-        let back = Observed::first_after(&obs.reattaches, t1).map_or(f64::INFINITY, |t| ms(t - t1));
-        worst_reattach = worst_reattach.max(back);
+        let back = wait_until(t1, Duration::from_secs(5), || attached(&svc));
+        worst_reattach = worst_reattach.max(back.unwrap_or(f64::INFINITY));
         if round + 1 == rounds {
             row.note = format!("{rounds} kills at random points; worst of each column");
         }
@@ -320,8 +338,7 @@ pub fn table_removed(exe: &Path) -> Row {
     let t0 = monotonic_ns();
     std::fs::remove_file(&t.0).expect("remove the table");
     std::thread::sleep(Duration::from_millis(400));
-    obs.take(&svc);
-    if !obs.fallbacks.is_empty() {
+    if !attached(&svc) {
         row.left.push("the service fell back although its agent still ran".into());
     }
     // A new service cannot attach: it says why and how to fix it.
@@ -336,18 +353,11 @@ pub fn table_removed(exe: &Path) -> Row {
     agent.signal(libc::SIGTERM);
     let _ = agent.wait_exit(Duration::from_secs(5));
     let t1 = monotonic_ns();
-    let restored = wait_restored(&svc, t1, Duration::from_secs(3));
-    row.restore_ms = restored;
+    wait_restored_detected(&svc, t1, &mut row);
     left_raised(&svc, Duration::from_millis(200), &mut row.left);
-    let _agent2 = procs::agent(exe, &t.0, &[]);
     let t2 = monotonic_ns();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Observed::first_after(&obs.reattaches, t2).is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
-        obs.take(&svc);
-    }
-    row.reattach_ms = Observed::first_after(&obs.reattaches, t2).map(|t| ms(t - t2));
-    row.detect_ms = Observed::first_after(&obs.fallbacks, t1).map(|t| ms(t - t1));
+    let _agent2 = procs::agent(exe, &t.0, &[]);
+    row.reattach_ms = wait_until(t2, Duration::from_secs(5), || attached(&svc));
     let lat = finish(svc, &mut obs, &mut row);
     row.p99_ms = p99(&lat, t0, u64::MAX);
     row.note = "service kept kernel ordering on the unlinked table; new service refused; restore after the agent's stop"
@@ -366,17 +376,10 @@ pub fn table_truncated(exe: &Path) -> Row {
     let mut obs = Observed::default();
     let t0 = monotonic_ns();
     std::fs::OpenOptions::new().write(true).open(&t.0).and_then(|f| f.set_len(0)).expect("truncate the table");
-    row.restore_ms = wait_restored(&svc, t0, Duration::from_secs(3));
+    wait_restored_detected(&svc, t0, &mut row);
     left_raised(&svc, Duration::from_millis(200), &mut row.left);
     by.check(&mut row.left);
-    obs.take(&svc);
-    row.detect_ms = Observed::first_after(&obs.fallbacks, t0).map(|t| ms(t - t0));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Observed::first_after(&obs.reattaches, t0).is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
-        obs.take(&svc);
-    }
-    row.reattach_ms = Observed::first_after(&obs.reattaches, t0).map(|t| ms(t - t0));
+    row.reattach_ms = wait_until(t0, Duration::from_secs(5), || attached(&svc));
     let alive = svc.pid();
     let lat = finish(svc, &mut obs, &mut row);
     row.p99_ms = p99(&lat, t0, u64::MAX);
@@ -403,8 +406,7 @@ pub fn two_agents(exe: &Path) -> Row {
     }
     std::thread::sleep(Duration::from_millis(300));
     let mut obs = Observed::default();
-    obs.take(&svc);
-    if !obs.fallbacks.is_empty() {
+    if !attached(&svc) {
         row.left.push("the service fell back: the second agent disturbed the first".into());
     }
     if procs::running_agent(&t.0, Duration::ZERO) != Some(first.pid()) {
@@ -432,9 +434,8 @@ pub fn supervised_restart(exe: &Path) -> Row {
     let t0 = monotonic_ns();
     // SAFETY: the supervisor's child, our grandchild, by the pid its table names.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    row.restore_ms = wait_restored(&svc, t0, Duration::from_secs(3));
-    obs.take(&svc);
-    row.detect_ms = Observed::first_after(&obs.fallbacks, t0).map(|t| ms(t - t0));
+    wait_restored_detected(&svc, t0, &mut row);
+    left_raised(&svc, Duration::from_millis(300), &mut row.left);
     wait_ordered(&svc, &mut obs, t0, &mut row);
     let end = row.ordering_ms.map_or(u64::MAX, |m| t0 + (m * 1e6) as u64);
     by.check(&mut row.left);
@@ -459,6 +460,12 @@ pub fn service_killed(exe: &Path) -> Row {
     let held = node::busy_slots(&t.0).iter().filter(|s| s.1 == pid).count();
     let t0 = monotonic_ns();
     drop(svc);
+    // Timed from the kill, while the id is handed on below.
+    let table = t.0.clone();
+    let reclaimed = std::thread::spawn(move || {
+        let _measuring = MeasuringThread::raise();
+        wait_until(t0, Duration::from_secs(3), || !node::busy_slots(&table).iter().any(|s| s.1 == pid))
+    });
     // Its id to a new process at SCHED_BATCH, as fast as we can after the kill.
     let mut victim = None;
     if node::can_choose_pids() {
@@ -477,11 +484,7 @@ pub fn service_killed(exe: &Path) -> Row {
     }
     // Keep the agent rewriting levels (a second service's jobs move the base) meanwhile.
     let other = procs::service(exe, &t.0, &with_load(&[]));
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while node::busy_slots(&t.0).iter().any(|s| s.1 == pid) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    row.detect_ms = (!node::busy_slots(&t.0).iter().any(|s| s.1 == pid)).then(|| ms(monotonic_ns() - t0));
+    row.detect_ms = reclaimed.join().unwrap_or(None);
     std::thread::sleep(Duration::from_millis(300));
     drop(agent); // its restore at exit must skip the dead service's ids too
     std::thread::sleep(Duration::from_millis(50));
@@ -523,7 +526,9 @@ pub fn job_thread_exits(exe: &Path) -> Row {
     }
     let svc = procs::service(exe, &t.0, &with_load(&["--exit-mid-job", "true"]));
     let mut obs = Observed::default();
-    obs.take(&svc);
+    if let Some(line) = svc.until("reuse", Duration::from_secs(20), |line| obs.note(line)) {
+        obs.note(&line);
+    }
     let Some(tid) = obs.reused else {
         row.note = "the service could not hand the id on (another process took it each time)".into();
         return row;
@@ -537,7 +542,9 @@ pub fn job_thread_exits(exe: &Path) -> Row {
     row.detect_ms = (!slot_of(tid)).then(|| ms(monotonic_ns() - t0));
     let t1 = monotonic_ns();
     drop(agent);
-    row.restore_ms = wait_restored(&svc, t1, Duration::from_secs(3));
+    let mut after = Row::default();
+    wait_restored_detected(&svc, t1, &mut after);
+    row.restore_ms = after.restore_ms;
     left_raised(&svc, Duration::from_millis(200), &mut row.left);
     match sys::get_policy(tid) {
         Ok(p) if p.base() == libc::SCHED_BATCH => {}
@@ -561,11 +568,9 @@ pub fn job_panics(exe: &Path) -> Row {
     std::thread::sleep(Duration::from_millis(500));
     let t0 = monotonic_ns();
     drop(agent);
-    row.restore_ms = wait_restored(&svc, t0, Duration::from_secs(3));
+    wait_restored_detected(&svc, t0, &mut row);
     left_raised(&svc, Duration::from_millis(200), &mut row.left);
     let mut obs = Observed::default();
-    obs.take(&svc);
-    row.detect_ms = Observed::first_after(&obs.fallbacks, t0).map(|t| ms(t - t0));
     let lat = finish(svc, &mut obs, &mut row);
     row.p99_ms = p99(&lat, 0, u64::MAX);
     row.note = "every 7th job panics; each completes (lost counts them)".into();
@@ -581,7 +586,7 @@ pub fn pool_grows_and_shrinks(exe: &Path) -> Row {
     let svc = procs::service(
         exe,
         &t.0,
-        &["--rate", "300", "--work-us", "1500", "--bursts", "true", "--idle-retire-ms", "100"],
+        &["--rate", "150", "--work-us", "1500", "--bursts", "true", "--idle-retire-ms", "100"],
     );
     let (mut most, mut fewest) = (0usize, usize::MAX);
     let until = Instant::now() + Duration::from_millis(1500);
@@ -593,11 +598,9 @@ pub fn pool_grows_and_shrinks(exe: &Path) -> Row {
     }
     let t0 = monotonic_ns();
     drop(agent);
-    row.restore_ms = wait_restored(&svc, t0, Duration::from_secs(3));
+    wait_restored_detected(&svc, t0, &mut row);
     left_raised(&svc, Duration::from_millis(700), &mut row.left);
     let mut obs = Observed::default();
-    obs.take(&svc);
-    row.detect_ms = Observed::first_after(&obs.fallbacks, t0).map(|t| ms(t - t0));
     let lat = finish(svc, &mut obs, &mut row);
     row.p99_ms = p99(&lat, t0, u64::MAX);
     row.note = format!("pool between {fewest} and {most} threads; watched for 700 ms after the fallback (bursts go on)");

@@ -99,7 +99,7 @@ fn pin_to_cpu0() {
 /// arrives 5 ms later; returns which finished first. Kernel-ordered, the old one preempts
 /// and finishes first; under the cooperative fallback both share the CPU and the young
 /// one, with less work left, finishes first.
-fn probe(sched: &Scheduler) -> &'static str {
+fn probe(sched: &Scheduler) -> (u64, &'static str) {
     let finished = Arc::new(Mutex::new(Vec::new()));
     let (started_tx, started_rx) = mpsc::channel();
     let job = |name: &'static str, gat: u64, before_ms: u64, after_ms: u64, started: Option<mpsc::Sender<()>>| {
@@ -113,18 +113,19 @@ fn probe(sched: &Scheduler) -> &'static str {
                     let _ = tx.send(());
                 }
                 burn_cpu(after_ms * 1_000_000);
-                finished.lock().unwrap().push(name);
+                // Timed here, on the job's thread (RT while kernel-ordered), not by a logger.
+                finished.lock().unwrap().push((monotonic_ns(), name));
             });
             sched.io_thread_stopped();
         })
     };
-    let young = job("young-first", realtime_ns(), 5, 15, Some(started_tx));
+    let young = job("young-first", realtime_ns(), 5, 25, Some(started_tx));
     let _ = started_rx.recv_timeout(Duration::from_secs(5));
     let old = job("old-first", realtime_ns() - 1_000_000_000, 30, 0, None);
     let _ = young.join();
     let _ = old.join();
     let order = finished.lock().unwrap();
-    order.first().copied().unwrap_or("none")
+    order.first().copied().unwrap_or((monotonic_ns(), "none"))
 }
 
 /// The raw `exit` system call on the calling thread: it ends without unwinding, so a job
@@ -152,7 +153,10 @@ fn exit_mid_job_and_reuse(sched: &Scheduler, hold: Arc<AtomicBool>) {
     while !gone(tid) {
         std::thread::sleep(Duration::from_millis(1));
     }
-    for _ in 0..200 {
+    // Two clock ticks: the agent tells threads apart by id and start time, in ticks (10 ms);
+    // a new thread given the id within the same tick is beyond it (docs/failure-modes.md).
+    std::thread::sleep(Duration::from_millis(25));
+    for _ in 0..2000 {
         if crate::node::next_id_will_be(tid).is_err() {
             break;
         }
@@ -230,9 +234,12 @@ pub fn service(args: &Args) -> Result<(), String> {
     if probes {
         let (sched, stop) = (sched.clone(), stop.clone());
         std::thread::spawn(move || {
+            // Above the band while attached, like an I/O thread: it starts the older request
+            // on time even while the younger one and the load hold the CPUs.
+            let _ = sched.io_thread_started();
             while !stop.load(Ordering::Relaxed) {
-                let order = probe(&sched);
-                say(format!("probe {} {order}", monotonic_ns()));
+                let (at, order) = probe(&sched);
+                say(format!("probe {at} {order}"));
                 std::thread::sleep(Duration::from_millis(20));
             }
         });
@@ -283,10 +290,10 @@ pub fn service(args: &Args) -> Result<(), String> {
         })
     };
     let hold = Arc::new(AtomicBool::new(true));
+    say(format!("ready pid={}", std::process::id()));
     if exit_mid_job {
         exit_mid_job_and_reuse(&sched, hold.clone());
     }
-    say(format!("ready pid={}", std::process::id()));
     let (stdin_tx, stdin_rx) = mpsc::channel::<()>();
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {

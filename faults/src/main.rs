@@ -36,6 +36,7 @@ fn run_report(rest: &[String]) -> Result<(), String> {
     for (name, case) in report::all() {
         if only.is_none_or(|o| o == name) {
             eprintln!("tailor-faults: {name} ...");
+            let _measuring = tailor_faults::cases::MeasuringThread::raise();
             rows.push(case(&exe));
         }
     }

@@ -152,8 +152,12 @@ pub fn agent(exe: &Path, table: &Path, extra: &[&str]) -> Proc {
     let mut args = vec!["--table".to_string(), table.display().to_string()];
     args.extend(extra.iter().map(|s| s.to_string()));
     let p = Proc::start_role(exe, "agent", &args, &format!("agent-{}", table.file_name().unwrap().to_string_lossy()));
-    let pid = running_agent(table, Duration::from_secs(10));
-    assert_eq!(pid, Some(p.pid()), "the agent did not start on {}: {}", table.display(), p.stderr());
+    // The table may still name an agent killed a moment ago: wait for this one's.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running_agent(table, Duration::ZERO) != Some(p.pid()) {
+        assert!(Instant::now() < deadline, "the agent did not start on {}: {}", table.display(), p.stderr());
+        std::thread::sleep(Duration::from_millis(1));
+    }
     p
 }
 

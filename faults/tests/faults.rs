@@ -23,7 +23,10 @@ fn run(case: fn(&Path) -> Row) -> Option<Row> {
         eprintln!("SKIPPED (the kernel scheduler cannot run here): {why}");
         return None;
     }
-    let row = case(Path::new(env!("CARGO_BIN_EXE_tailor-faults")));
+    let row = {
+        let _measuring = cases::MeasuringThread::raise();
+        case(Path::new(env!("CARGO_BIN_EXE_tailor-faults")))
+    };
     eprintln!("{row:?}");
     assert!(row.left.is_empty(), "{}: left changed: {:?}", row.fault, row.left);
     assert_eq!(row.lost, 0, "{}: admitted requests lost: {row:?}", row.fault);

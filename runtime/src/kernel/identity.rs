@@ -11,7 +11,6 @@
 
 use std::collections::HashMap;
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::io::AsRawFd;
 
 use super::sys;
 
@@ -72,7 +71,5 @@ impl Processes {
 }
 
 fn exited(fd: &OwnedFd) -> bool {
-    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd, no wait.
-    unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+    sys::pidfd_exited(fd)
 }

@@ -116,9 +116,9 @@ impl Attachment {
     }
 }
 
-/// A thread's policy before we changed it, and its start time (`sys::my_thread_identity`):
-/// the watchdog writes a thread id only while it still names that thread.
-type Remembered = (ThreadPolicy, u64);
+/// A thread's policy before we changed it, and the thread for good (`ThreadIdentity`): the
+/// watchdog writes a thread id only while it still names that thread.
+type Remembered = (ThreadPolicy, sys::ThreadIdentity);
 
 pub(crate) struct KernelBackend {
     /// The agent jobs register with now; replaced when a new agent comes up (re-attach).
@@ -293,7 +293,8 @@ impl KernelBackend {
     /// Claims a free slot for a job of the calling thread and writes its context; the slot
     /// is CLAIMED (the agent ignores it) until the caller publishes RUNNABLE.
     fn claim(&self, att: &Arc<Attachment>, ctx: &Context, counters: &Counters) -> Option<Registration> {
-        let (tid, thread_start) = sys::my_thread_identity();
+        let me = sys::ThreadIdentity::current();
+        let (tid, thread_start) = (me.tid, me.start);
         // Safe to read as "the policy before this job": the write fence (see `table`) means
         // no agent write for an earlier job of this thread can still be in flight.
         let orig = match sys::get_policy(0) {
@@ -325,7 +326,7 @@ impl KernelBackend {
         s.orig_policy.store(orig.policy, Ordering::Relaxed);
         s.orig_priority.store(orig.priority, Ordering::Relaxed);
         s.successor.store(0, Ordering::Relaxed);
-        lock(&self.job_threads).insert(tid, (orig, thread_start));
+        lock(&self.job_threads).insert(tid, (orig, me));
         Some(Registration { att: att.clone(), slot, generation, tid, orig })
     }
 
@@ -551,8 +552,8 @@ impl KernelBackend {
                 sys::get_policy(0).map_err(|e| RuntimeError::Io { what: "sched_getscheduler".into(), source: e })?
             }
         };
-        let (tid, start) = sys::my_thread_identity();
-        lock(&self.io_threads).insert(tid, (orig, start));
+        let me = sys::ThreadIdentity::current();
+        lock(&self.io_threads).insert(me.tid, (orig, me));
         if self.fell_back() {
             // Raised by the spawner after the watchdog restored everything: undo that.
             if natural.is_some() {
@@ -597,7 +598,6 @@ impl KernelBackend {
                 if k.fell_back() {
                     candidate = k.try_reattach(candidate.take(), &inner.counters);
                     if !k.fell_back() {
-                        let _ = sys::set_policy(0, ThreadPolicy::fifo(WATCHDOG_PRIORITY));
                         last = (u64::MAX, Instant::now());
                     }
                     continue;
@@ -627,7 +627,6 @@ impl KernelBackend {
     /// needs to leave the map, so it cannot end and be replaced meanwhile.
     fn fall_back(&self, counters: &Counters, silent_for: Duration, stopped: bool) {
         self.fell_back.store(true, Ordering::SeqCst);
-        let pid = std::process::id() as i32;
         let mut restored = 0;
         // Pool threads raised by their spawner that have not run yet.
         for (&thread, natural) in lock(&self.spawned).iter() {
@@ -636,14 +635,14 @@ impl KernelBackend {
             }
         }
         let io_threads = lock(&self.io_threads);
-        for (&tid, &(orig, start)) in lock(&self.job_threads).iter() {
-            let natural = io_threads.get(&tid).map_or(orig, |(natural, _)| *natural);
-            if sys::same_thread(pid, tid, start) && sys::set_policy(tid, natural).is_ok() {
+        for (&tid, (orig, me)) in lock(&self.job_threads).iter() {
+            let natural = io_threads.get(&tid).map_or(*orig, |(natural, _)| *natural);
+            if me.alive() && sys::set_policy(tid, natural).is_ok() {
                 restored += 1;
             }
         }
-        for (&tid, &(natural, start)) in io_threads.iter() {
-            if sys::same_thread(pid, tid, start) && sys::set_policy(tid, natural).is_ok() {
+        for (&tid, (natural, me)) in io_threads.iter() {
+            if me.alive() && sys::set_policy(tid, *natural).is_ok() {
                 restored += 1;
             }
         }
@@ -683,15 +682,16 @@ impl KernelBackend {
         if !serving || beat == seen || seen == u64::MAX {
             return Some((att, beat));
         }
-        // I/O and pool threads above the band again, then new jobs register.
+        // The watchdog above the band first (it is this thread), then the I/O and pool
+        // threads, then new jobs register.
+        let _ = sys::set_policy(0, ThreadPolicy::fifo(WATCHDOG_PRIORITY));
         let mut raised = 0;
         {
             *self.attached.write().unwrap_or_else(|p| p.into_inner()) = att.clone();
             let io_threads = lock(&self.io_threads);
             self.fell_back.store(false, Ordering::SeqCst);
-            let me = std::process::id() as i32;
-            for (&tid, &(_, start)) in io_threads.iter() {
-                if sys::same_thread(me, tid, start) && sys::set_policy(tid, ThreadPolicy::fifo(IO_PRIORITY)).is_ok() {
+            for (&tid, (_, me)) in io_threads.iter() {
+                if me.alive() && sys::set_policy(tid, ThreadPolicy::fifo(IO_PRIORITY)).is_ok() {
                     raised += 1;
                 }
             }
