@@ -239,6 +239,20 @@ fn agent_child() {
 
 /// Kills the child agent on drop (by pid, via Child), whatever happens.
 struct ChildAgent(Child);
+
+impl ChildAgent {
+    /// This test binary, re-executed to run only the test `child_test`, which runs an agent
+    /// on `table` (passed in `env`).
+    fn start(child_test: &str, env: &str, table: &Path) -> ChildAgent {
+        ChildAgent(
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", child_test, "--nocapture", "--test-threads=1"])
+                .env(env, table)
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
 impl Drop for ChildAgent {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -253,13 +267,7 @@ fn killing_the_agent_restores_threads_and_falls_back_to_cooperative() {
     let _off_cpu0 = off_cpu0_or_skip!();
     let path = table_path("watchdog");
     let _file = TableFile(path.clone());
-    let mut child = ChildAgent(
-        Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "agent_child", "--nocapture", "--test-threads=1"])
-            .env(AGENT_CHILD_ENV, &path)
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = ChildAgent::start("agent_child", AGENT_CHILD_ENV, &path);
     wait_for_agent(&path);
     let sched = scheduler(BackendSpec::kernel(&path));
     let (tid_tx, tid_rx) = mpsc::channel();
@@ -839,13 +847,7 @@ fn killing_a_key_ordering_agent_leaves_no_thread_of_the_service_raised() {
     require_kernel!();
     let path = table_path("key-kill");
     let _file = TableFile(path.clone());
-    let mut child = ChildAgent(
-        Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "key_agent_child", "--nocapture", "--test-threads=1"])
-            .env(KEY_AGENT_CHILD_ENV, &path)
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = ChildAgent::start("key_agent_child", KEY_AGENT_CHILD_ENV, &path);
     wait_for_agent(&path);
     let options = SchedulerOptions { log: false, thread_name: "key-kill-job".into(), ..Default::default() };
     let sched = Scheduler::with_options(BackendSpec::kernel(&path), options).unwrap();
