@@ -45,9 +45,30 @@ pub struct AgentArgs {
     /// halted CPU's exit; released when the agent exits, however it exits).
     #[arg(long, default_value = "keep", value_parser = ["keep", "off"])]
     idle_states: String,
+    /// Run the agent as a supervised child: start a new one when it exits, or when its
+    /// heartbeat stands still for --hang-ms (hung). Services re-attach on their own
+    /// (docs/failure-modes.md).
+    #[arg(long)]
+    supervise: bool,
+    /// `--supervise`: an agent whose heartbeat stood still this long is killed and replaced.
+    #[arg(long, default_value_t = 1000)]
+    hang_ms: u64,
 }
 
 pub fn main(args: AgentArgs) -> Result<(), String> {
+    if args.supervise {
+        // The same command line without --supervise, as the child.
+        let child_args = std::env::args_os().skip(1).filter(|a| a != "--supervise").collect();
+        let cfg = kernel::supervise::SupervisorConfig {
+            program: std::env::current_exe().map_err(|e| format!("cannot find the tailor binary: {e}"))?,
+            args: child_args,
+            table: args.table,
+            hang_ms: args.hang_ms,
+        };
+        let report = kernel::supervise::supervise(&cfg, kernel::stop_on_signals()).map_err(|e| e.to_string())?;
+        eprintln!("tailor agent supervise: {report:?}");
+        return Ok(());
+    }
     let policy = kernel::policy_from_args(&args.policy, args.c, args.slice_us).map_err(|e| e.to_string())?;
     let cfg = AgentConfig {
         table: args.table,

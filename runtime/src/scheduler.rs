@@ -24,11 +24,13 @@ pub struct SchedulerOptions {
     pub thread_name: String,
     /// Print the one-line description of the backend on stderr when created.
     pub log: bool,
+    /// A domain-pool thread idle this long retires (the pool shrinks back after a burst).
+    pub idle_retire_ms: u64,
 }
 
 impl Default for SchedulerOptions {
     fn default() -> Self {
-        SchedulerOptions { max_threads: 512, thread_name: "tailor-job".into(), log: true }
+        SchedulerOptions { max_threads: 512, thread_name: "tailor-job".into(), log: true, idle_retire_ms: 30_000 }
     }
 }
 
@@ -100,7 +102,11 @@ impl Scheduler {
         let inner = Arc::new(Inner {
             backend,
             counters: Counters::default(),
-            pool: Arc::new(Pool::new(options.max_threads, options.thread_name)),
+            pool: Arc::new(Pool::new(
+                options.max_threads,
+                options.thread_name,
+                std::time::Duration::from_millis(options.idle_retire_ms),
+            )),
             description,
         });
         if let Backend::Kernel(k) = &inner.backend {

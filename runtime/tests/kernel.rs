@@ -239,6 +239,20 @@ fn agent_child() {
 
 /// Kills the child agent on drop (by pid, via Child), whatever happens.
 struct ChildAgent(Child);
+
+impl ChildAgent {
+    /// This test binary, re-executed to run only the test `child_test`, which runs an agent
+    /// on `table` (passed in `env`).
+    fn start(child_test: &str, env: &str, table: &Path) -> ChildAgent {
+        ChildAgent(
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", child_test, "--nocapture", "--test-threads=1"])
+                .env(env, table)
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
 impl Drop for ChildAgent {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -253,13 +267,7 @@ fn killing_the_agent_restores_threads_and_falls_back_to_cooperative() {
     let _off_cpu0 = off_cpu0_or_skip!();
     let path = table_path("watchdog");
     let _file = TableFile(path.clone());
-    let mut child = ChildAgent(
-        Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "agent_child", "--nocapture", "--test-threads=1"])
-            .env(AGENT_CHILD_ENV, &path)
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = ChildAgent::start("agent_child", AGENT_CHILD_ENV, &path);
     wait_for_agent(&path);
     let sched = scheduler(BackendSpec::kernel(&path));
     let (tid_tx, tid_rx) = mpsc::channel();
@@ -391,7 +399,7 @@ fn thousands_of_short_jobs_leave_no_priority_behind() {
     assert_eq!(stats.errors, 0, "{stats:?}");
     assert_eq!(stats.completed, 6_000 + 4 * 2_500, "{stats:?}");
     assert_eq!(report.errors, 0, "{report:?}");
-    assert!(report.promotions > 0, "the agent did promote jobs: {report:?}");
+    assert!(report.promotions > 0, "the agent did promote jobs: {report:?} {stats:?} {}", sched.describe());
     eprintln!("tight loop: {stats:?}\n  agent {report:?}");
 }
 
@@ -797,4 +805,95 @@ fn key_ordering_by_deadline_keeps_jobs_without_one_at_the_bottom() {
     assert_eq!(base, first, "distant and missing deadlines do not move the base: {report:?}");
     assert_eq!(levels, [table::TOP_LEVEL, 1, 1, table::TOP_LEVEL - 5], "{report:?}");
     assert_eq!((report.errors, sched.stats().errors), (0, 0));
+}
+
+// ---- The agent dies under key ordering while pool threads run jobs (issue: `kill -9` of
+// `tailor agent` during `tailor demo --modes orf` left `tailor-job` threads at SCHED_FIFO 41).
+
+const KEY_AGENT_CHILD_ENV: &str = "TAILOR_TEST_KEY_AGENT_TABLE";
+
+/// Runs a key-ordering agent in a child process (see [`agent_child`]).
+#[test]
+fn key_agent_child() {
+    let Ok(path) = std::env::var(KEY_AGENT_CHILD_ENV) else { return };
+    let cpus = tailor_runtime::available_cpus();
+    let cfg = AgentConfig {
+        cpus,
+        policy: PolicySpec::Orf { c: cpus, slice_us: 500.0 },
+        ..key_agent_config(&PathBuf::from(path), 1_000_000)
+    };
+    run_agent(&cfg, &AtomicBool::new(false)).unwrap();
+}
+
+/// Every thread of this process at an RT priority or SCHED_IDLE, read back from the kernel
+/// (but the `tailor-job` pool threads earlier tests' schedulers left: this test's pool is
+/// named `key-kill-job`).
+fn raised_threads_of_this_process() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|e| {
+            let tid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let p = sys::get_policy(tid).ok()?;
+            let raised = matches!(p.base(), libc::SCHED_FIFO | libc::SCHED_RR | libc::SCHED_IDLE);
+            let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap_or_default();
+            (raised && name.trim() != "tailor-job").then(|| format!("tid {tid} ({}) at {}", name.trim(), p.describe()))
+        })
+        .collect()
+}
+
+#[test]
+fn killing_a_key_ordering_agent_leaves_no_thread_of_the_service_raised() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    require_kernel!();
+    let path = table_path("key-kill");
+    let _file = TableFile(path.clone());
+    let mut child = ChildAgent::start("key_agent_child", KEY_AGENT_CHILD_ENV, &path);
+    wait_for_agent(&path);
+    let options = SchedulerOptions { log: false, thread_name: "key-kill-job".into(), ..Default::default() };
+    let sched = Scheduler::with_options(BackendSpec::kernel(&path), options).unwrap();
+    // Three pool jobs in flight across the kill, as in `tailor demo`: pool threads raised
+    // to the I/O level, each job at its key's level.
+    let release = Arc::new(AtomicBool::new(false));
+    let jobs: Vec<_> = (0..3)
+        .map(|_| {
+            let release = release.clone();
+            sched.spawn(Context::stamped(cpu::realtime_ns()), move |_| {
+                while !release.load(Ordering::Relaxed) {
+                    cpu::burn_cpu(200_000);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while raised_threads_of_this_process().iter().filter(|t| t.contains("key-kill-job")).count() < 3 {
+        assert!(Instant::now() < deadline, "pool threads never raised: {:?}", raised_threads_of_this_process());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+
+    child.0.kill().unwrap(); // SIGKILL
+    let killed = Instant::now();
+    while !sched.fell_back() {
+        assert!(killed.elapsed() < Duration::from_secs(5), "the watchdog never fired");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The fallback restores every thread while the jobs still run ...
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !raised_threads_of_this_process().is_empty() {
+        assert!(Instant::now() < deadline, "after the fallback, still raised: {:?}", raised_threads_of_this_process());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let restored_ms = killed.elapsed().as_secs_f64() * 1e3;
+    // ... and the jobs' ends do not raise their pool threads back to the I/O level.
+    release.store(true, Ordering::Relaxed);
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    for job in jobs {
+        rt.block_on(job).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(raised_threads_of_this_process(), Vec::<String>::new(), "raised again after the jobs ended");
+    // New jobs run cooperatively, leaving nothing raised either.
+    rt.block_on(sched.spawn(Context::stamped(cpu::realtime_ns()), |_| ())).unwrap();
+    assert_eq!(raised_threads_of_this_process(), Vec::<String>::new());
+    eprintln!("key-ordering kill: every thread restored {restored_ms:.0} ms after kill -9 (watchdog 200 ms)");
 }

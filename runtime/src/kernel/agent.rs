@@ -18,6 +18,7 @@ use tailor_core::policy::{Job, JobId};
 use tailor_core::{Nanos, PolicySpec};
 
 use super::by_key::KeyAgent;
+use super::identity::Processes;
 use super::sys::{self, ThreadPolicy};
 use super::table::{self, Table};
 use super::{AGENT_PRIORITY, BAND_PRIORITY};
@@ -140,6 +141,8 @@ struct Registered {
     wakes: u32,
     pid: i32,
     tid: i32,
+    /// The thread's start time (`Slot::start`): see `identity`.
+    start: u64,
     orig: ThreadPolicy,
 }
 
@@ -194,6 +197,9 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, Ru
             Some((Enforce::key_of(&cfg.policy, cfg.cpus).map_err(RuntimeError::Config)?, bucket_ns))
         }
     };
+    // One agent per table: the lock is the kernel's, so it is free again the moment its
+    // holder dies, however it dies (two agents started at once both pass the check below).
+    let _lock = lock_table(&cfg.table)?;
     // Refuse to take over a table another live agent serves.
     if let Ok(existing) = Table::open(&cfg.table) {
         let h = existing.header();
@@ -212,7 +218,7 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, Ru
             sys::rt_group_problem(0, 0).map(|p| format!(" ({p})")).unwrap_or_default()
         ))
     })?;
-    let result = Table::create(&cfg.table, cfg.slots).map(|table| {
+    let result = Table::create(&cfg.table, cfg.slots).and_then(|table| {
         let h = table.header();
         if let Some((key, bucket_ns)) = key {
             let mut agent = KeyAgent::new(&table, key, bucket_ns);
@@ -221,7 +227,7 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, Ru
             agent.run(stop, cfg.verbose);
             h.agent_state.store(table::AGENT_STOPPED, Ordering::Release);
             agent.restore_all();
-            return agent.report;
+            return truncated_or(&table, agent.report);
         }
         let mut agent = Agent::new(&table, Driver::new(policy));
         h.agent_pid.store(std::process::id(), Ordering::Relaxed);
@@ -231,10 +237,48 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, Ru
         h.fast_limit.store(0, Ordering::SeqCst);
         h.agent_state.store(table::AGENT_STOPPED, Ordering::Release);
         agent.restore_all();
-        agent.report
+        truncated_or(&table, agent.report)
     });
     let _ = sys::set_policy(0, original);
     result
+}
+
+/// The agent's result: `report`, or an error if someone cut its table file short (it
+/// stopped serving it: see `table`, truncation; a supervisor starts a fresh one).
+fn truncated_or(table: &Table, report: AgentReport) -> Result<AgentReport, RuntimeError> {
+    if table.truncated() {
+        return Err(RuntimeError::Unsupported(format!(
+            "{}: the table file was cut short under the agent (truncated by another process); stopped serving \
+             it. Services fell back to cooperative; a new agent makes a fresh table they re-attach to",
+            table.path().display()
+        )));
+    }
+    Ok(report)
+}
+
+/// Takes `<table>.lock` (flock, exclusive) for the agent's life, or says who holds it.
+fn lock_table(table: &std::path::Path) -> Result<std::fs::File, RuntimeError> {
+    use std::os::unix::io::AsRawFd;
+    let mut path = table.as_os_str().to_owned();
+    path.push(".lock");
+    let path = PathBuf::from(path);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| RuntimeError::Io { what: format!("{}: open", path.display()), source: e })?;
+    // SAFETY: flock on an fd we hold.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let holder = Table::open(table).map(|t| t.header().agent_pid.load(Ordering::Acquire)).unwrap_or(0);
+        return Err(RuntimeError::Unsupported(format!(
+            "{}: another agent (pid {holder}) holds {}; one agent serves a table. Fix: stop it, or use another --table",
+            table.display(),
+            path.display()
+        )));
+    }
+    Ok(file)
 }
 
 /// While at most this many jobs are runnable, `policy` on `cpus` CPUs runs them all
@@ -265,6 +309,7 @@ struct Agent<'t> {
     report: AgentReport,
     /// `TAILOR_AGENT_TRACE` set: print every arrival and tick (debugging only).
     trace: bool,
+    processes: Processes,
 }
 
 impl<'t> Agent<'t> {
@@ -279,6 +324,7 @@ impl<'t> Agent<'t> {
             handoff_in_flight: false,
             report: AgentReport::default(),
             trace: std::env::var_os("TAILOR_AGENT_TRACE").is_some(),
+            processes: Processes::default(),
         }
     }
 
@@ -287,7 +333,7 @@ impl<'t> Agent<'t> {
         let (start_wall, start_cpu) = (monotonic_ns(), thread_cpu_ns());
         let mut next_reap = start_wall + REAP_EVERY;
         let mut next_log = start_wall + 1_000_000_000;
-        while !stop.load(Ordering::Relaxed) {
+        while !stop.load(Ordering::Relaxed) && !self.table.truncated() {
             h.heartbeat.fetch_add(1, Ordering::Release);
             let bell = h.doorbell.load(Ordering::SeqCst);
             let now = monotonic_ns();
@@ -400,6 +446,7 @@ impl<'t> Agent<'t> {
                     wakes,
                     pid: slot.pid.load(Ordering::Relaxed) as i32,
                     tid: slot.tid.load(Ordering::Relaxed) as i32,
+                    start: slot.start.load(Ordering::Relaxed),
                     orig: ThreadPolicy {
                         policy: slot.orig_policy.load(Ordering::Relaxed),
                         priority: slot.orig_priority.load(Ordering::Relaxed),
@@ -513,6 +560,10 @@ impl<'t> Agent<'t> {
     fn set(&mut self, id: JobId, p: ThreadPolicy) -> Option<i32> {
         let i = slot_of(id);
         let r = self.registered[i].filter(|r| job_id(i, r.generation) == id)?;
+        if !self.processes.alive(r.pid, r.tid, r.start) {
+            self.free_dead(i, r);
+            return None;
+        }
         match self.table.set_policy_fenced(i, r.generation, r.tid, p, |state| state == table::RUNNABLE) {
             Ok(true) => Some(r.tid),
             Ok(false) => None,
@@ -573,11 +624,12 @@ impl<'t> Agent<'t> {
     fn reap(&mut self) {
         for i in 0..self.registered.len() {
             if let Some(r) = self.registered[i] {
-                if !sys::thread_alive(r.pid, r.tid) {
+                if !self.processes.same_thread(r.pid, r.tid, r.start) {
                     self.free_dead(i, r);
                 }
             }
         }
+        self.processes.forget_exited();
     }
 
     fn free_dead(&mut self, i: usize, r: Registered) {
@@ -607,6 +659,9 @@ impl<'t> Agent<'t> {
     fn restore_all(&mut self) {
         for &i in &self.live {
             let Some(r) = self.registered[i] else { continue };
+            if !self.processes.same_thread(r.pid, r.tid, r.start) {
+                continue;
+            }
             if let Ok(true) = self.table.set_policy_fenced(i, r.generation, r.tid, r.orig, |state| state != table::FREE)
             {
                 self.report.restored += 1;

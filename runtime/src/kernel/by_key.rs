@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tailor_core::Nanos;
 
 use super::agent::{AgentReport, HEARTBEAT, REAP_EVERY};
-use super::sys::{self, ThreadPolicy};
+use super::identity::Processes;
+use super::sys::ThreadPolicy;
 use super::table::{self, Table};
 use crate::cpu::{monotonic_ns, realtime_ns, thread_cpu_ns};
 
@@ -39,6 +40,8 @@ struct Live {
     generation: u64,
     pid: i32,
     tid: i32,
+    /// The thread's start time (`Slot::start`): see `identity`.
+    start: u64,
     key: u64,
 }
 
@@ -47,6 +50,7 @@ pub(super) struct KeyAgent<'t> {
     key: u32,
     bucket_ns: u64,
     pub(super) report: AgentReport,
+    processes: Processes,
 }
 
 impl<'t> KeyAgent<'t> {
@@ -56,7 +60,7 @@ impl<'t> KeyAgent<'t> {
         h.key.store(key, Ordering::SeqCst);
         h.bucket_ns.store(bucket_ns, Ordering::SeqCst);
         h.base.store(0, Ordering::SeqCst);
-        KeyAgent { table, key, bucket_ns, report: AgentReport::default() }
+        KeyAgent { table, key, bucket_ns, report: AgentReport::default(), processes: Processes::default() }
     }
 
     /// The jobs now registered (RUNNABLE slots).
@@ -74,6 +78,7 @@ impl<'t> KeyAgent<'t> {
                 generation,
                 pid: s.pid.load(Ordering::Relaxed) as i32,
                 tid: s.tid.load(Ordering::Relaxed) as i32,
+                start: s.start.load(Ordering::Relaxed),
                 key: key.load(Ordering::Relaxed),
             });
         }
@@ -85,7 +90,7 @@ impl<'t> KeyAgent<'t> {
         let (start_wall, start_cpu) = (monotonic_ns(), thread_cpu_ns());
         let mut next_reap = start_wall + REAP_EVERY;
         let mut next_log = start_wall + 1_000_000_000;
-        while !stop.load(Ordering::Relaxed) {
+        while !stop.load(Ordering::Relaxed) && !self.table.truncated() {
             h.heartbeat.fetch_add(1, Ordering::Release);
             let bell = h.doorbell.load(Ordering::SeqCst);
             let live = self.live();
@@ -147,16 +152,21 @@ impl<'t> KeyAgent<'t> {
 
     /// Sets job `j`'s thread to `p` under the write fence (see `table`): only if the slot
     /// still holds that job, RUNNABLE. `Ok(false)`: it left meanwhile, nothing written.
-    fn write(&self, j: &Live, p: ThreadPolicy) -> std::io::Result<bool> {
+    fn write(&mut self, j: &Live, p: ThreadPolicy) -> std::io::Result<bool> {
+        if !self.processes.same_thread(j.pid, j.tid, j.start) {
+            // Its process died (and the id may be another thread's now): never write it.
+            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        }
         self.table.set_policy_fenced(j.slot, j.generation, j.tid, p, |state| state == table::RUNNABLE)
     }
 
     fn reap(&mut self, live: &[Live]) {
         for j in live {
-            if !sys::thread_alive(j.pid, j.tid) {
+            if !self.processes.same_thread(j.pid, j.tid, j.start) {
                 self.free_dead(j);
             }
         }
+        self.processes.forget_exited();
     }
 
     fn free_dead(&mut self, j: &Live) {
