@@ -3,6 +3,7 @@
 //!
 //! - [`table`]: the shared-memory registration table (a file in /dev/shm);
 //! - [`agent`]: the node agent (`tailor agent`), one policy instance for the node;
+//! - [`nspid`]: host ids of threads registered from other PID namespaces (pods);
 //! - this module: the service side. A job's thread claims a slot, writes its context,
 //!   marks it runnable and rings the agent, which puts it in the SCHED_FIFO band when
 //!   the policy runs it (until then it waits asleep; a job the policy preempts mid-run is
@@ -29,6 +30,7 @@
 
 pub mod agent;
 mod by_key;
+pub mod nspid;
 pub mod sys;
 pub mod table;
 
@@ -90,6 +92,9 @@ pub(crate) struct KernelBackend {
     key_is_deadline: bool,
     bucket_ns: u64,
     next_slot: AtomicUsize,
+    /// This process's PID namespace inode, written with every job: the ids in a slot are
+    /// this namespace's, which in a pod are not the agent's (see `nspid`).
+    pid_ns: u64,
     description: String,
 }
 
@@ -128,7 +133,13 @@ impl KernelBackend {
             std::thread::sleep(Duration::from_millis(5));
         }
         let pid = h.agent_pid.load(Ordering::Acquire) as i32;
-        if h.agent_state.load(Ordering::Acquire) != table::AGENT_RUNNING || !sys::process_alive(pid) {
+        let pid_ns = nspid::own_pid_ns().map_err(|e| {
+            RuntimeError::Unsupported(format!(
+                "kernel backend: cannot read /proc/self/ns/pid ({e}): the agent needs this process's PID namespace \
+                 to find its threads. Fix: mount /proc in the container (every runtime does by default)"
+            ))
+        })?;
+        if !t.agent_serving() {
             return Err(RuntimeError::Unsupported(format!(
                 "{}: the agent (pid {pid}) is not running. Fix: start `tailor agent --table {}`",
                 table.display(),
@@ -165,6 +176,7 @@ impl KernelBackend {
             bucket_ns,
             watchdog: Duration::from_millis(*watchdog_ms),
             next_slot: AtomicUsize::new(0),
+            pid_ns,
             description,
         })
     }
@@ -263,6 +275,7 @@ impl KernelBackend {
         let s = self.table.slot(slot);
         s.pid.store(std::process::id(), Ordering::Relaxed);
         s.tid.store(tid as u32, Ordering::Relaxed);
+        s.pid_ns.store(table::pack_pid_ns(generation, self.pid_ns), Ordering::Relaxed);
         s.gat.store(ctx.gat, Ordering::Relaxed);
         s.deadline.store(ctx.deadline, Ordering::Relaxed);
         s.class.store(ctx.class as u32, Ordering::Relaxed);
