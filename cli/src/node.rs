@@ -107,7 +107,10 @@ fn plan(demand_cpus: f64, pods: bool) -> Result<(), String> {
     let (critical, best_effort) = if pods {
         ("[tier.pods]\nqos = [\"guaranteed\"]\n", "[tier.pods]\nqos = [\"besteffort\"]\n")
     } else {
-        ("[tier.match]\ncomm = [\"nginx\", \"envoy\", \"redis-server\"]\nexe = [\"tailor\"]\n", "[tier.match]\ncomm = [\"stress-ng\", \"ffmpeg\"]\n")
+        (
+            "[tier.match]\ncomm = [\"nginx\", \"envoy\", \"redis-server\"]\n",
+            "[tier.match]\ncomm = [\"stress-ng\", \"ffmpeg\"]\n",
+        )
     };
     let shape = if pods {
         // The kubelet owns pod cpusets: pod tiers are never fenced (see docs/kubernetes.md).
@@ -121,7 +124,8 @@ fn plan(demand_cpus: f64, pods: bool) -> Result<(), String> {
          heartbeat_timeout_ms = 1000\nwindow_ms = 10000\n\n{}",
         tailor_node::sizing::tiers_toml(&shape, demand_cpus, critical, best_effort)
     );
-    NodeConfig::parse(&text, "tailor node plan").map_err(|e| format!("internal: the sized config does not load: {e}"))?;
+    NodeConfig::parse(&text, "tailor node plan")
+        .map_err(|e| format!("internal: the sized config does not load: {e}"))?;
     print!("{text}");
     Ok(())
 }

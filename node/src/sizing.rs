@@ -88,10 +88,14 @@ pub fn decide(node: &NodeShape, demand_cpus: f64) -> Sizing {
     )];
     let fits = demand_cpus <= budget as f64;
     let fence = if !node.cpuset {
-        why.push("no fence: no cpuset to fence with (no cpuset controller; or pods, whose cpusets the kubelet owns)".into());
+        why.push(
+            "no fence: no cpuset to fence with (no cpuset controller; or pods, whose cpusets the kubelet owns)".into(),
+        );
         None
     } else if !fits {
-        why.push(format!("no fence: demand {demand_cpus} > cores - 1 = {budget} (a fence would queue critical work behind itself)"));
+        why.push(format!(
+            "no fence: demand {demand_cpus} > cores - 1 = {budget} (a fence would queue critical work behind itself)"
+        ));
         None
     } else if budget < MIN_FENCED_CORES {
         why.push(format!(
@@ -136,7 +140,9 @@ pub fn tiers_toml(node: &NodeShape, demand_cpus: f64, critical_select: &str, bes
     for line in &sizing.why {
         s.push_str(&format!("# {line}\n"));
     }
-    s.push_str(&format!("[[tier]]\nname = \"critical\"\nkind = \"critical\"\ndemand_cpus = {demand_cpus}\ncpu_weight = 10000\n"));
+    s.push_str(&format!(
+        "[[tier]]\nname = \"critical\"\nkind = \"critical\"\ndemand_cpus = {demand_cpus}\ncpu_weight = 10000\n"
+    ));
     match &sizing.fence {
         Some((critical, _)) => s.push_str(&format!("cpus = \"{}\"\n", cpu_list(critical))),
         None => {
@@ -161,7 +167,13 @@ mod tests {
 
     fn node(cores: usize, threads: usize) -> NodeShape {
         let cores: Vec<Vec<usize>> = (0..cores).map(|c| (0..threads).map(|t| c * threads + t).collect()).collect();
-        NodeShape { cpus: cores.iter().flatten().copied().collect(), cores, rt_group: true, cpu_idle: true, cpuset: true }
+        NodeShape {
+            cpus: cores.iter().flatten().copied().collect(),
+            cores,
+            rt_group: true,
+            cpu_idle: true,
+            cpuset: true,
+        }
     }
 
     #[test]

@@ -20,10 +20,16 @@ struct Tree {
 }
 
 impl Tree {
+    /// Makes `rel` below `root`, each missing level recorded (so each is removed).
     fn mkdir(&mut self, root: &Path, rel: &str) -> PathBuf {
-        let dir = root.join(rel.trim_start_matches('/'));
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-        self.dirs.push((root.to_path_buf(), dir.clone()));
+        let mut dir = root.to_path_buf();
+        for part in rel.split('/').filter(|p| !p.is_empty()) {
+            dir.push(part);
+            if !dir.exists() {
+                std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+                self.dirs.push((root.to_path_buf(), dir.clone()));
+            }
+        }
         dir
     }
 }
@@ -64,7 +70,6 @@ struct Layout {
     guaranteed_container: String,
     burstable_pod: String,
     burstable_container: String,
-    besteffort_pod: String,
     besteffort_container: String,
 }
 
@@ -83,7 +88,6 @@ fn layout(systemd: bool, kubelet_root: &str) -> Layout {
             besteffort_container: format!("{bp}/cri-containerd-ccc.scope"),
             guaranteed_pod: gp,
             burstable_pod: up,
-            besteffort_pod: bp,
         }
     } else {
         let k = format!("{r}/kubepods");
@@ -94,7 +98,6 @@ fn layout(systemd: bool, kubelet_root: &str) -> Layout {
             besteffort_container: format!("{bp}/c0ffee"),
             guaranteed_pod: gp,
             burstable_pod: up,
-            besteffort_pod: bp,
         }
     }
 }
@@ -119,7 +122,8 @@ fn pod_tiers_tune_the_kubelets_cgroups_in_place(systemd: bool) {
     let guaranteed = contained(&sb, &comm, &containers[0]);
     let burstable = contained(&sb, &comm, &containers[1]);
     let besteffort = contained(&sb, &comm, &containers[2]);
-    let placed: Vec<Option<String>> = [&guaranteed, &burstable, &besteffort].iter().map(|p| cpu_cgroup_of(p.pid())).collect();
+    let placed: Vec<Option<String>> =
+        [&guaranteed, &burstable, &besteffort].iter().map(|p| cpu_cgroup_of(p.pid())).collect();
     let originals: Vec<(PathBuf, String)> = hierarchies
         .iter()
         .filter(|h| h.role == Role::V1Cpu)
@@ -151,11 +155,17 @@ fn pod_tiers_tune_the_kubelets_cgroups_in_place(systemd: bool) {
     agent.start_enforcing().unwrap();
     agent.reconcile().unwrap();
 
-    let after: Vec<Option<String>> = [&guaranteed, &burstable, &besteffort].iter().map(|p| cpu_cgroup_of(p.pid())).collect();
+    let after: Vec<Option<String>> =
+        [&guaranteed, &burstable, &besteffort].iter().map(|p| cpu_cgroup_of(p.pid())).collect();
     assert_eq!(after, placed, "no process moved out of the kubelet's cgroups");
     assert!(agent.stats.kubelet_owned_not_moved >= 3, "{:?}", agent.stats);
     let tunable = hierarchies.iter().filter(|h| matches!(h.role, Role::V1Cpu | Role::Unified)).count();
-    assert_eq!(agent.stats.pod_cgroups, 2 * tunable, "one guaranteed pod, one best-effort container: {:?}", agent.stats);
+    assert_eq!(
+        agent.stats.pod_cgroups,
+        2 * tunable,
+        "one guaranteed pod, one best-effort container: {:?}",
+        agent.stats
+    );
     for h in &hierarchies {
         let at = |rel: &str, file: &str| h.root.join(rel.trim_start_matches('/')).join(file);
         match h.role {
@@ -186,6 +196,11 @@ fn pod_tiers_tune_the_kubelets_cgroups_in_place(systemd: bool) {
         [&guaranteed, &burstable, &besteffort].iter().map(|p| cpu_cgroup_of(p.pid())).collect::<Vec<_>>(),
         placed
     );
+    drop(tree);
+    for h in &hierarchies {
+        let left = h.root.join(kubelet_root.trim_start_matches('/'));
+        assert!(!left.exists(), "the test's tree is removed: {}", left.display());
+    }
 }
 
 #[test]
@@ -208,8 +223,11 @@ fn pod_tiers_refuse_a_fence_and_process_selectors() {
                 [tier.match]\ncomm = [\"x\"]\n";
     let err = tailor_node::NodeConfig::parse(text, "n.toml").unwrap_err().to_string();
     assert!(err.contains("cpuManagerPolicy") && err.contains("[tier.match] with [tier.pods]"), "{err}");
-    let err = tailor_node::NodeConfig::parse("[[tier]]\nname = \"c\"\nkind = \"critical\"\n[tier.pods]\nqos = [\"gold\"]\n", "n.toml")
-        .unwrap_err()
-        .to_string();
+    let err = tailor_node::NodeConfig::parse(
+        "[[tier]]\nname = \"c\"\nkind = \"critical\"\n[tier.pods]\nqos = [\"gold\"]\n",
+        "n.toml",
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("gold") && err.contains("guaranteed"), "{err}");
 }

@@ -12,12 +12,9 @@ use super::probe::redis_request;
 /// Starts `redis-server` (persistence off, loopback only) in the critical tier; returns it,
 /// its port and its version line once it answers PING.
 pub fn start(state_dir: &Path) -> Result<(Child, u16, String), String> {
-    let version = Command::new("redis-server")
-        .arg("--version")
-        .output()
-        .map_err(|e| {
-            format!("redis-server: {e}. Fix: install it from your distribution (`apt-get install redis-server`)")
-        })?;
+    let version = Command::new("redis-server").arg("--version").output().map_err(|e| {
+        format!("redis-server: {e}. Fix: install it from your distribution (`apt-get install redis-server`)")
+    })?;
     let version = String::from_utf8_lossy(&version.stdout).split_whitespace().take(3).collect::<Vec<_>>().join(" ");
     // A free port: bind, read it, release it for redis (loopback only, so a clash is unlikely).
     let port = TcpListener::bind("127.0.0.1:0")

@@ -209,7 +209,8 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, Ru
             )));
         }
     }
-    let own_pid_ns = nspid::own_pid_ns().map_err(|e| RuntimeError::Io { what: "/proc/self/ns/pid".into(), source: e })?;
+    let own_pid_ns =
+        nspid::own_pid_ns().map_err(|e| RuntimeError::Io { what: "/proc/self/ns/pid".into(), source: e })?;
     let original = sys::get_policy(0).map_err(|e| RuntimeError::Io { what: "sched_getscheduler".into(), source: e })?;
     sys::set_policy(0, ThreadPolicy::fifo(AGENT_PRIORITY)).map_err(|e| {
         RuntimeError::Unsupported(format!(
