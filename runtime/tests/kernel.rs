@@ -901,11 +901,26 @@ fn lines_until(out: &mut impl std::io::BufRead, until: impl Fn(&str) -> bool) ->
     lines
 }
 
+const NS_HOST_ENV: &str = "TAILOR_TEST_NS_HOST";
+
 #[test]
 fn a_service_in_its_own_pid_namespace_is_ordered_by_the_host_agent() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(why) = namespace_skip_reason() {
         eprintln!("SKIPPED: {why}");
+        return;
+    }
+    if std::env::var_os(NS_HOST_ENV).is_none() {
+        // The host side in a process of its own (this binary, re-executed): run in this one,
+        // it left `thousands_of_short_jobs_leave_no_priority_behind`, run after it, without
+        // any contended job (all on the fast path). Not understood yet; see docs/kubernetes.md.
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "a_service_in_its_own_pid_namespace_is_ordered_by_the_host_agent"])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(NS_HOST_ENV, "1")
+            .status()
+            .expect("re-run this test in its own process");
+        assert!(status.success(), "the namespace test failed in its own process: {status}");
         return;
     }
     let _off_cpu0 = off_cpu0_or_skip!();
