@@ -15,3 +15,6 @@ cargo test --workspace --release --locked 2>&1
 (cd sdk/go/tailorgrpc && go test -count=1 ./... 2>&1)
 (cd sdk/go/tailorotel && go test -count=1 ./... 2>&1)
 python3 -m pytest -q sdk/python 2>&1
+# The Kubernetes chart and manifests: helm lint/template and API-schema validation
+# (skips with a message when helm or kubernetes-validate is missing, except in CI).
+bash scripts/k8s-validate.sh 2>&1

@@ -36,7 +36,11 @@ pub struct LadderArgs {
     /// Comma-separated spinner counts.
     #[arg(long, value_delimiter = ',')]
     steps: Option<Vec<usize>>,
-    /// Agent config for the enforcing arm (default: critical tier on CPUs 1.., best-effort on CPU 0 with cpu.idle).
+    /// The latency-critical server: `probe` (this project's) or `redis` (the distribution's
+    /// redis-server, each request a Lua loop calibrated to --service-us; install it first).
+    #[arg(long, default_value = "probe", value_parser = ["probe", "redis"])]
+    server: String,
+    /// Agent config for the enforcing arm (default: the shipped defaults, `tailor node plan` sized to this node).
     #[arg(long)]
     config: Option<PathBuf>,
 }
@@ -50,6 +54,7 @@ pub fn main(args: LadderArgs) -> Result<(), String> {
     opts.workers = args.workers.unwrap_or(opts.workers);
     opts.exponential = args.exp;
     opts.steps = args.steps.unwrap_or(opts.steps);
+    opts.server = if args.server == "redis" { ladder::Server::Redis } else { ladder::Server::Probe };
     if let Some(path) = &args.config {
         opts.config = Some(NodeConfig::load(path).map_err(|e| e.to_string())?);
     }

@@ -38,8 +38,19 @@ enum NodeCommand {
     },
     /// Print what this kernel offers (cgroup layout, cpu.idle, cpuset, RT budgets, PSI).
     Probe,
-    /// Print a working example config.
+    /// Print a working example config, sized to this node (`plan` with its defaults).
     Example,
+    /// Print a config sized to this node: a fence only where the critical tier's demand fits in
+    /// the physical cores minus one (and leaves it 2 or more), else an RT band; says why.
+    Plan {
+        /// CPUs the critical tier needs at peak (its `demand_cpus`).
+        #[arg(long, default_value_t = 1.0)]
+        demand_cpus: f64,
+        /// Select Kubernetes pods by the kubelet's QoS classes (Guaranteed: critical,
+        /// BestEffort: best-effort) instead of processes by name.
+        #[arg(long)]
+        pods: bool,
+    },
     /// Ladder helper: the probe server.
     #[command(hide = true)]
     ProbeServer(Helper),
@@ -79,12 +90,42 @@ pub fn main(args: NodeArgs) -> Result<(), String> {
             println!("{}", Capabilities::probe());
             Ok(())
         }
-        NodeCommand::Example => {
-            print!("{}", tailor_node::config::EXAMPLE);
-            Ok(())
-        }
+        NodeCommand::Example => plan(1.0, false),
+        NodeCommand::Plan { demand_cpus, pods } => plan(demand_cpus, pods),
         NodeCommand::ProbeServer(h) => helper("probe-server", h),
         NodeCommand::LoadClient(h) => helper("load-client", h),
         NodeCommand::Spinner(h) => helper("spinner", h),
     }
+}
+
+/// `tailor node plan`: the header of the example config, then tiers sized to this node.
+fn plan(demand_cpus: f64, pods: bool) -> Result<(), String> {
+    if !(demand_cpus.is_finite() && demand_cpus > 0.0) {
+        return Err(format!("--demand-cpus {demand_cpus}: give the critical tier's peak CPU demand, e.g. 1.5"));
+    }
+    let shape = tailor_node::sizing::NodeShape::probe(&Capabilities::probe());
+    let (critical, best_effort) = if pods {
+        ("[tier.pods]\nqos = [\"guaranteed\"]\n", "[tier.pods]\nqos = [\"besteffort\"]\n")
+    } else {
+        (
+            "[tier.match]\ncomm = [\"nginx\", \"envoy\", \"redis-server\"]\n",
+            "[tier.match]\ncomm = [\"stress-ng\", \"ffmpeg\"]\n",
+        )
+    };
+    let shape = if pods {
+        // The kubelet owns pod cpusets: pod tiers are never fenced (see docs/kubernetes.md).
+        tailor_node::sizing::NodeShape { cpuset: false, ..shape }
+    } else {
+        shape
+    };
+    let text = format!(
+        "# Tailor node agent config sized to this node by `tailor node plan` (docs/node.md, docs/kubernetes.md).\n\
+         state_dir = \"/run/tailor-node\"\ncgroup_name = \"tailor\"\nreconcile_interval_ms = 200\n\
+         heartbeat_timeout_ms = 1000\nwindow_ms = 10000\n\n{}",
+        tailor_node::sizing::tiers_toml(&shape, demand_cpus, critical, best_effort)
+    );
+    NodeConfig::parse(&text, "tailor node plan")
+        .map_err(|e| format!("internal: the sized config does not load: {e}"))?;
+    print!("{text}");
+    Ok(())
 }

@@ -229,6 +229,10 @@ fn move_back(pid: u32, original_dir: &Path, hierarchy: &Path, report: &mut Resto
 }
 
 fn restore_file(path: &Path, original: &str, report: &mut RestoreReport) {
+    if path.parent().is_some_and(|dir| !dir.exists()) {
+        // A cgroup someone else owned and removed since (a pod that ended): nothing to undo.
+        return;
+    }
     match cgfs::write(path, original) {
         Ok(()) => report.files_restored += 1,
         Err(e) => report.errors.push(format!("{}: restore {:?}: {e}", path.display(), original)),

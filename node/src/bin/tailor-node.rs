@@ -8,7 +8,7 @@ use tailor_node::{Capabilities, NodeConfig};
 
 const USAGE: &str = "usage: tailor-node run --config FILE [--heartbeat] | supervise --config FILE | \
                      safe-mode --config FILE [--off] | probe | example | \
-                     ladder [--quick] [--out DIR] [--rate R] [--service-us U] [--workers N] [--reps N]";
+                     ladder [--quick] [--out DIR] [--server probe|redis] [--rate R] [--service-us U] [--workers N] [--reps N]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -65,6 +65,11 @@ fn main() {
             }
             if let Some(v) = value("--window-s").and_then(|v| v.parse().ok()) {
                 opts.window_s = v;
+            }
+            match value("--server").map(|s| s.as_str()) {
+                None | Some("probe") => {}
+                Some("redis") => opts.server = tailor_node::ladder::Server::Redis,
+                Some(other) => exit(Err(format!("ladder --server {other:?}: use probe or redis"))),
             }
             let out = PathBuf::from(value("--out").map(|s| s.as_str()).unwrap_or("out/ladder"));
             std::env::current_exe().map_err(|e| e.to_string()).and_then(|program| {

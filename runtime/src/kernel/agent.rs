@@ -19,6 +19,7 @@ use tailor_core::{Nanos, PolicySpec};
 
 use super::by_key::KeyAgent;
 use super::identity::Processes;
+use super::nspid::{self, Resolver};
 use super::sys::{self, ThreadPolicy};
 use super::table::{self, Table};
 use super::{AGENT_PRIORITY, BAND_PRIORITY};
@@ -120,6 +121,9 @@ pub struct AgentReport {
     /// Key ordering: moves of the base, and the level rewrites they cost.
     pub shifts: u64,
     pub rewrites: u64,
+    /// Jobs whose thread the agent could not find in the host's numbering (see `nspid`):
+    /// never written, they ran at their own policy.
+    pub unresolved: u64,
 }
 
 impl AgentReport {
@@ -204,13 +208,15 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, Ru
     if let Ok(existing) = Table::open(&cfg.table) {
         let h = existing.header();
         let pid = h.agent_pid.load(Ordering::Acquire) as i32;
-        if h.agent_state.load(Ordering::Acquire) == table::AGENT_RUNNING && pid != 0 && sys::process_alive(pid) {
+        if existing.agent_serving() {
             return Err(RuntimeError::Unsupported(format!(
                 "{}: agent pid {pid} is already running on this table. Fix: stop it, or use another --table",
                 cfg.table.display()
             )));
         }
     }
+    let own_pid_ns =
+        nspid::own_pid_ns().map_err(|e| RuntimeError::Io { what: "/proc/self/ns/pid".into(), source: e })?;
     let original = sys::get_policy(0).map_err(|e| RuntimeError::Io { what: "sched_getscheduler".into(), source: e })?;
     sys::set_policy(0, ThreadPolicy::fifo(AGENT_PRIORITY)).map_err(|e| {
         RuntimeError::Unsupported(format!(
@@ -220,8 +226,9 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, Ru
     })?;
     let result = Table::create(&cfg.table, cfg.slots).and_then(|table| {
         let h = table.header();
+        h.agent_pid_ns.store(own_pid_ns, Ordering::Relaxed);
         if let Some((key, bucket_ns)) = key {
-            let mut agent = KeyAgent::new(&table, key, bucket_ns);
+            let mut agent = KeyAgent::new(&table, key, bucket_ns, Resolver::new(own_pid_ns));
             h.agent_pid.store(std::process::id(), Ordering::Relaxed);
             h.agent_state.store(table::AGENT_RUNNING, Ordering::Release);
             agent.run(stop, cfg.verbose);
@@ -229,7 +236,7 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, Ru
             agent.restore_all();
             return truncated_or(&table, agent.report);
         }
-        let mut agent = Agent::new(&table, Driver::new(policy));
+        let mut agent = Agent::new(&table, Driver::new(policy), Resolver::new(own_pid_ns));
         h.agent_pid.store(std::process::id(), Ordering::Relaxed);
         h.fast_limit.store(fast_limit(&cfg.policy, cfg.cpus), Ordering::SeqCst);
         h.agent_state.store(table::AGENT_RUNNING, Ordering::Release);
@@ -310,10 +317,14 @@ struct Agent<'t> {
     /// `TAILOR_AGENT_TRACE` set: print every arrival and tick (debugging only).
     trace: bool,
     processes: Processes,
+    /// Host ids of threads registered from other PID namespaces.
+    resolver: Resolver,
+    /// Slot → generation of a job whose thread could not be resolved (tried once).
+    unresolved: HashMap<usize, u64>,
 }
 
 impl<'t> Agent<'t> {
-    fn new(table: &'t Table, driver: Driver) -> Self {
+    fn new(table: &'t Table, driver: Driver, resolver: Resolver) -> Self {
         Agent {
             registered: vec![None; table.slots()],
             live: BTreeSet::new(),
@@ -325,6 +336,8 @@ impl<'t> Agent<'t> {
             report: AgentReport::default(),
             trace: std::env::var_os("TAILOR_AGENT_TRACE").is_some(),
             processes: Processes::default(),
+            resolver,
+            unresolved: HashMap::new(),
         }
     }
 
@@ -440,12 +453,30 @@ impl<'t> Agent<'t> {
                 }
             }
             if state == table::RUNNABLE || state == table::BLOCKED {
+                if self.unresolved.get(&i) == Some(&generation) {
+                    return;
+                }
+                // Host ids: a job registered from a pod names its thread in the pod's PID
+                // namespace (see `nspid`). One we cannot find is never written: let it run
+                // at its own policy, unordered, and say so.
+                let (pid, tid) = (slot.pid.load(Ordering::Relaxed) as i32, slot.tid.load(Ordering::Relaxed) as i32);
+                let ns = table::unpack_pid_ns(generation, slot.pid_ns.load(Ordering::Relaxed));
+                let Some((pid, tid)) = self.resolver.resolve(ns, pid, tid) else {
+                    self.report.unresolved += 1;
+                    self.report.error(format!(
+                        "slot {i}: no live thread is pid {pid} tid {tid} of PID namespace {ns:?}: it runs unordered. \
+                         Fix: run the agent in the host's PID namespace (hostPID: true) with the host's /proc"
+                    ));
+                    self.unresolved.insert(i, generation);
+                    self.admit(i);
+                    return;
+                };
                 let r = Registered {
                     generation,
                     state,
                     wakes,
-                    pid: slot.pid.load(Ordering::Relaxed) as i32,
-                    tid: slot.tid.load(Ordering::Relaxed) as i32,
+                    pid,
+                    tid,
                     start: slot.start.load(Ordering::Relaxed),
                     orig: ThreadPolicy {
                         policy: slot.orig_policy.load(Ordering::Relaxed),

@@ -3,6 +3,7 @@
 //!
 //! - [`table`]: the shared-memory registration table (a file in /dev/shm);
 //! - [`agent`]: the node agent (`tailor agent`), one policy instance for the node;
+//! - [`nspid`]: host ids of threads registered from other PID namespaces (pods);
 //! - this module: the service side. A job's thread claims a slot, writes its context,
 //!   marks it runnable and rings the agent, which puts it in the SCHED_FIFO band when
 //!   the policy runs it (until then it waits asleep; a job the policy preempts mid-run is
@@ -31,6 +32,7 @@ pub mod agent;
 mod by_key;
 mod identity;
 pub mod supervise;
+pub mod nspid;
 pub mod sys;
 pub mod table;
 
@@ -99,7 +101,9 @@ impl Attachment {
             std::thread::sleep(Duration::from_millis(5));
         }
         let pid = h.agent_pid.load(Ordering::Acquire) as i32;
-        if h.agent_state.load(Ordering::Acquire) != table::AGENT_RUNNING || !sys::process_alive(pid) {
+        // Not by pid alone: in a pod the agent's pid is not in this PID namespace, so
+        // `agent_serving` falls back on the heartbeat.
+        if !t.agent_serving() {
             return Err(RuntimeError::Unsupported(format!(
                 "{}: the agent (pid {pid}) is not running. Fix: start `tailor agent --table {}`",
                 path.display(),
@@ -141,6 +145,9 @@ pub(crate) struct KernelBackend {
     /// `park = "idle"`: no admission wait (see `register`).
     park_idle: bool,
     next_slot: AtomicUsize,
+    /// This process's PID namespace inode, written with every job: the ids in a slot are
+    /// this namespace's, which in a pod are not the agent's (see `nspid`).
+    pid_ns: u64,
     description: String,
 }
 
@@ -171,6 +178,12 @@ impl KernelBackend {
         }
         let att = Attachment::open(table)?;
         let (pid, by_key, key_is_deadline, bucket_ns) = (att.agent_pid, att.by_key, att.key_is_deadline, att.bucket_ns);
+        let pid_ns = nspid::own_pid_ns().map_err(|e| {
+            RuntimeError::Unsupported(format!(
+                "kernel backend: cannot read /proc/self/ns/pid ({e}): the agent needs this process's PID namespace \
+                 to find its threads. Fix: mount /proc in the container (every runtime does by default)"
+            ))
+        })?;
         let c = if *fallback_c == 0 { available_cpus() } else { *fallback_c };
         let fallback = Cooperative::new(fallback_policy, c)?;
         let ordering = if by_key {
@@ -196,6 +209,7 @@ impl KernelBackend {
             park_idle: *park == crate::config::Park::Idle,
             watchdog: Duration::from_millis(*watchdog_ms),
             next_slot: AtomicUsize::new(0),
+            pid_ns,
             description,
         })
     }
@@ -320,6 +334,7 @@ impl KernelBackend {
         s.pid.store(std::process::id(), Ordering::Relaxed);
         s.tid.store(tid as u32, Ordering::Relaxed);
         s.start.store(thread_start, Ordering::Relaxed);
+        s.pid_ns.store(table::pack_pid_ns(generation, self.pid_ns), Ordering::Relaxed);
         s.gat.store(ctx.gat, Ordering::Relaxed);
         s.deadline.store(ctx.deadline, Ordering::Relaxed);
         s.class.store(ctx.class as u32, Ordering::Relaxed);

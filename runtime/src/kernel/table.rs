@@ -70,7 +70,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TAILORSC");
-pub const VERSION: u32 = 7;
+/// 8: [`Slot::start`] (thread identity across id reuse) and [`Header::agent_pid_ns`] /
+/// [`Slot::pid_ns`] (PID namespaces), in what was padding (every other field keeps its
+/// offset; both structs keep their size).
+pub const VERSION: u32 = 8;
 /// Default number of slots: concurrent jobs on the node, all processes together.
 pub const DEFAULT_SLOTS: u32 = 1024;
 
@@ -144,6 +147,9 @@ pub struct Header {
     /// The largest key that found itself at or below [`SHIFT_LEVEL`] (a job stores it with
     /// `fetch_max` before it rings): the agent shifts by it even if that job has ended.
     pub newest: AtomicU64,
+    /// The inode of the agent's PID namespace: a service in another one cannot check the
+    /// agent's pid (`agent_pid` means nothing there) and watches the heartbeat instead.
+    pub agent_pid_ns: AtomicU64,
 }
 
 #[repr(C, align(64))]
@@ -174,6 +180,24 @@ pub struct Slot {
     /// it names that thread for good, so the agent never writes a later thread that was
     /// given the same id after the service died.
     pub start: AtomicU64,
+    /// The PID namespace `pid` and `tid` are numbered in ([`pack_pid_ns`]): the job's
+    /// generation (low 32 bits) and the namespace's inode. A value whose generation is not
+    /// the slot's (a writer that does not set it) means the agent's own namespace.
+    pub pid_ns: AtomicU64,
+}
+
+// The fields added in versions 7 and 8 live in what was padding: every struct keeps its size.
+const _: () = assert!(std::mem::size_of::<Header>() == 128 && std::mem::size_of::<Slot>() == 128);
+
+/// The `pid_ns` value of job `generation` whose ids are numbered in PID namespace `inode`.
+pub fn pack_pid_ns(generation: u64, inode: u64) -> u64 {
+    ((generation & 0xffff_ffff) << 32) | (inode & 0xffff_ffff)
+}
+
+/// The PID namespace inode job `generation` registered with, or `None` if its writer did
+/// not say (then its ids are the agent's own namespace's).
+pub fn unpack_pid_ns(generation: u64, value: u64) -> Option<u64> {
+    (value >> 32 == generation & 0xffff_ffff && value & 0xffff_ffff != 0).then_some(value & 0xffff_ffff)
 }
 
 /// Generation bits kept in a successor: enough to tell a slot's jobs apart across the
@@ -394,6 +418,7 @@ impl Table {
         let slot = self.slot(i);
         slot.word.store(pack(generation, state), Ordering::SeqCst);
         let mut spins = 0u32;
+        let mut last_beat = (self.header().heartbeat.load(Ordering::Acquire), std::time::Instant::now());
         while slot.agent_busy.load(Ordering::SeqCst) == generation {
             // The agent (SCHED_FIFO above every job) holds this for one syscall.
             spins += 1;
@@ -405,8 +430,17 @@ impl Table {
                 // waiting once it is gone (the watchdog then restores and falls back).
                 if spins.is_multiple_of(1_000) {
                     let h = self.header();
-                    let pid = h.agent_pid.load(Ordering::Acquire) as i32;
-                    if h.agent_state.load(Ordering::Acquire) != AGENT_RUNNING || !super::sys::process_alive(pid) {
+                    let beat = h.heartbeat.load(Ordering::Acquire);
+                    if beat != last_beat.0 {
+                        last_beat = (beat, std::time::Instant::now());
+                    }
+                    // From another PID namespace the agent's pid names nothing: a silent
+                    // heartbeat is how we tell it is gone there.
+                    let silent = last_beat.1.elapsed() >= 10 * super::agent::HEARTBEAT;
+                    if h.agent_state.load(Ordering::Acquire) != AGENT_RUNNING
+                        || self.agent_alive_by_pid() == Some(false)
+                        || silent
+                    {
                         return;
                     }
                 }
@@ -435,6 +469,38 @@ impl Table {
         };
         slot.agent_busy.store(0, Ordering::SeqCst);
         result
+    }
+
+    /// Whether the agent named in the header is alive, by its pid, when this process shares
+    /// its PID namespace; `None` from another namespace (a pod), where its pid names nothing
+    /// (or another process): watch the heartbeat there.
+    pub fn agent_alive_by_pid(&self) -> Option<bool> {
+        let h = self.header();
+        let agent_ns = h.agent_pid_ns.load(Ordering::Acquire);
+        if agent_ns == 0 || super::nspid::own_pid_ns_cached() != Some(agent_ns) {
+            return None;
+        }
+        Some(super::sys::process_alive(h.agent_pid.load(Ordering::Acquire) as i32))
+    }
+
+    /// Whether the agent serves this table: RUNNING, alive by its pid when we can see it,
+    /// else (from another PID namespace) its heartbeat moving within a few heartbeats.
+    pub fn agent_serving(&self) -> bool {
+        let h = self.header();
+        if h.agent_state.load(Ordering::Acquire) != AGENT_RUNNING {
+            return false;
+        }
+        if let Some(alive) = self.agent_alive_by_pid() {
+            return alive;
+        }
+        let (beat, start) = (h.heartbeat.load(Ordering::Acquire), std::time::Instant::now());
+        while start.elapsed() < 5 * super::agent::HEARTBEAT {
+            if h.heartbeat.load(Ordering::Acquire) != beat {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        false
     }
 
     pub fn slots(&self) -> usize {
@@ -578,7 +644,7 @@ mod tests {
     /// sdk/go/kernel): moving a field is a new VERSION, and this test says so.
     #[test]
     fn the_layout_is_the_documented_protocol() {
-        assert_eq!(VERSION, 7, "a layout change bumps VERSION and docs/kernel-table-protocol.md");
+        assert_eq!(VERSION, 8, "a layout change bumps VERSION and docs/kernel-table-protocol.md");
         assert_eq!(MAGIC.to_le_bytes(), *b"TAILORSC");
         assert_eq!(size_of::<Header>(), 128);
         let header = [
@@ -598,8 +664,9 @@ mod tests {
             offset_of!(Header, bucket_ns),
             offset_of!(Header, base),
             offset_of!(Header, newest),
+            offset_of!(Header, agent_pid_ns),
         ];
-        assert_eq!(header, [0, 8, 12, 16, 20, 24, 32, 36, 40, 44, 48, 56, 60, 64, 72, 80]);
+        assert_eq!(header, [0, 8, 12, 16, 20, 24, 32, 36, 40, 44, 48, 56, 60, 64, 72, 80, 88]);
         assert_eq!(size_of::<Slot>(), 128);
         let slot = [
             offset_of!(Slot, word),
@@ -615,8 +682,9 @@ mod tests {
             offset_of!(Slot, successor),
             offset_of!(Slot, wakes),
             offset_of!(Slot, start),
+            offset_of!(Slot, pid_ns),
         ];
-        assert_eq!(slot, [0, 8, 12, 16, 24, 32, 36, 40, 44, 48, 56, 64, 72]);
+        assert_eq!(slot, [0, 8, 12, 16, 24, 32, 36, 40, 44, 48, 56, 64, 72, 80]);
         // Header, dirty bitmap in whole cache lines, then the slots.
         assert_eq!((bitmap_len(1), bitmap_len(512), bitmap_len(513), bitmap_len(1024)), (64, 64, 128, 128));
         assert_eq!(slots_offset(1024), 256);
