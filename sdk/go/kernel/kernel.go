@@ -241,6 +241,7 @@ func (c *Client) register(ctx tailorctx.Context) (registration, bool) {
 	atomic.StoreUint32(t.u32(t.slot(slot, offOrigPolicy)), uint32(origPolicy))
 	atomic.StoreUint32(t.u32(t.slot(slot, offOrigPriority)), orig.Priority)
 	atomic.StoreUint64(t.u64(t.slot(slot, offSuccessor)), 0)
+	atomic.StoreUint64(t.u64(t.slot(slot, offStart)), 0)
 	atomic.StoreUint32(t.u32(t.slot(slot, offAdmitted)), admittedSelf)
 	// RUNNABLE before reading base: an agent shift that stores a new base after
 	// our read finds us in its scan and rewrites our level itself.

@@ -62,9 +62,9 @@ func TestWithoutATableHandlersRunUnregistered(t *testing.T) {
 	// The right magic with another version: the version is named.
 	b := make([]byte, 4096)
 	copy(b, "TAILORSC")
-	b[offVersion] = 7
+	b[offVersion] = 5
 	os.WriteFile(junk, b, 0o600)
-	if _, err := Connect(junk); err == nil || !strings.Contains(err.Error(), "version 7, this client speaks 6") {
+	if _, err := Connect(junk); err == nil || !strings.Contains(err.Error(), "version 5, this client speaks 8") {
 		t.Fatalf("version: %v", err)
 	}
 }

@@ -16,7 +16,7 @@ const (
 	// Magic is "TAILORSC" read as a little-endian uint64.
 	Magic uint64 = 0x4353524f4c494154
 	// Version is the only table version this client speaks.
-	Version uint32 = 6
+	Version uint32 = 8
 
 	// Slot states (low 8 bits of a slot's word; the generation is above them).
 	StateFree     = 0
@@ -64,7 +64,7 @@ const (
 	headerSize       = 128
 )
 
-// Byte offsets in a slot (each slot is 128 bytes: 68 bytes of fields, align(64)).
+// Byte offsets in a slot (each slot is 128 bytes: 88 bytes of fields, align(64)).
 const (
 	offWord         = 0
 	offPID          = 8
@@ -77,7 +77,10 @@ const (
 	offAdmitted     = 44
 	offAgentBusy    = 48
 	offSuccessor    = 56
-	slotSize        = 128
+	// offStart: the thread's start time, 0 = unknown. A claim writes 0, so the agent never
+	// checks this thread against a start time an earlier job in the slot left.
+	offStart = 72
+	slotSize = 128
 )
 
 // bitmapLen is the dirty bitmap's size: one bit per slot, whole 64-byte lines.

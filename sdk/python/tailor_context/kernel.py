@@ -46,7 +46,7 @@ log = logging.getLogger("tailor_context.kernel")
 DEFAULT_TABLE = "/dev/shm/tailor-sched"
 
 MAGIC = int.from_bytes(b"TAILORSC", "little")
-VERSION = 6
+VERSION = 8
 FREE, CLAIMED, RUNNABLE, BLOCKED = 0, 1, 2, 3
 SELF_ADMITTED = 2
 ORDER_BY_BAND, ORDER_BY_KEY = 0, 1
@@ -66,6 +66,10 @@ H_DOORBELL, H_AGENT_SLEEPING, H_ORDERING, H_KEY, H_BUCKET_NS, H_BASE, H_NEWEST =
 SLOT_SIZE = 128
 S_WORD, S_PID, S_TID, S_GAT, S_DEADLINE, S_CLASS = 0, 8, 12, 16, 24, 32
 S_ORIG_POLICY, S_ORIG_PRIORITY, S_ADMITTED, S_AGENT_BUSY, S_SUCCESSOR = 36, 40, 44, 48, 56
+#: Version 8: the thread's start time (0 = unknown; a claim writes 0 so the agent never checks
+#: this thread against an earlier job's) and the PID namespace tag (left unwritten: the
+#: agent's own namespace).
+S_START = 72
 
 #: How long a silent heartbeat means a dead agent (the agent beats every 20 ms; Rust's
 #: watchdog default is 500 ms).
@@ -306,6 +310,7 @@ class KernelRegistrar:
         )
         struct.pack_into("<I", t.mm, t.slot_offset(i, S_ADMITTED), SELF_ADMITTED)
         struct.pack_into("<Q", t.mm, t.slot_offset(i, S_SUCCESSOR), 0)
+        struct.pack_into("<Q", t.mm, t.slot_offset(i, S_START), 0)
         return Registration(i, generation, tid, orig_policy, orig_priority)
 
     def _register(self, t: Table, ctx: Context) -> Optional[Registration]:
