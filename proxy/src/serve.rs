@@ -98,15 +98,30 @@ async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, ProxyError> {
     TcpListener::bind(addr).await.map_err(|e| ProxyError::Io { what: format!("binding the {what} listener on {addr}"), source: e })
 }
 
+/// A getter of the state as it is now (reloads swap the `Arc` inside).
+fn reader<T: Send + Sync + 'static>(state: &Arc<RwLock<Arc<T>>>) -> impl Fn() -> Arc<T> + Clone + Send + Sync + 'static {
+    let state = state.clone();
+    move || state.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// The admin listener's handler: `answer(path, draining)`.
+fn admin_handler(
+    draining: &Arc<AtomicBool>,
+    answer: impl Fn(&str, bool) -> Response<Body> + Send + Sync + 'static,
+) -> Handler {
+    let draining = draining.clone();
+    Arc::new(move |req| {
+        let r = answer(req.uri().path(), draining.load(Relaxed));
+        Box::pin(async move { r })
+    })
+}
+
 /// Runs the sidecar of the config file `path` until SIGTERM/SIGINT.
 pub async fn run_sidecar(path: PathBuf) -> Result<(), ProxyError> {
     let loaded = Sidecar::load(&path)?;
     let shared = Shared::default();
     let state = Arc::new(RwLock::new(Arc::new(SidecarState::new(loaded, None))));
-    let current = {
-        let state = state.clone();
-        move || state.read().unwrap_or_else(|p| p.into_inner()).clone()
-    };
+    let current = reader(&state);
     let s = current();
     let config = &s.loaded.config;
     let mut listeners: Vec<(TcpListener, Handler, bool)> = Vec::new();
@@ -123,11 +138,8 @@ pub async fn run_sidecar(path: PathBuf) -> Result<(), ProxyError> {
     }
     let draining = Arc::new(AtomicBool::new(false));
     if let Some(addr) = config.admin {
-        let (current, shared, draining) = (current.clone(), shared.clone(), draining.clone());
-        let handler: Handler = Arc::new(move |req| {
-            let r = sidecar::admin(&current(), &shared, req.uri().path(), draining.load(Relaxed));
-            Box::pin(async move { r })
-        });
+        let (current, shared) = (current.clone(), shared.clone());
+        let handler = admin_handler(&draining, move |path, draining| sidecar::admin(&current(), &shared, path, draining));
         listeners.push((bind(addr, "admin").await?, handler, true));
     }
     tracing::info!(listen = %config.listen, upstream = %config.upstream, order = ?config.order, c = ?config.c, "sidecar ready");
@@ -156,10 +168,7 @@ pub async fn run_edge(path: PathBuf) -> Result<(), ProxyError> {
     let first = EdgeState::new(loaded);
     tokio::spawn(edge::health_checks(Arc::downgrade(&first)));
     let state = Arc::new(RwLock::new(first));
-    let current = {
-        let state = state.clone();
-        move || state.read().unwrap_or_else(|p| p.into_inner()).clone()
-    };
+    let current = reader(&state);
     let s = current();
     let config = &s.loaded.config;
     let mut listeners: Vec<(TcpListener, Handler, bool)> = Vec::new();
@@ -170,11 +179,8 @@ pub async fn run_edge(path: PathBuf) -> Result<(), ProxyError> {
     listeners.push((bind(config.listen, "edge").await?, main, false));
     let draining = Arc::new(AtomicBool::new(false));
     if let Some(addr) = config.admin {
-        let (current, shared, draining) = (current.clone(), shared.clone(), draining.clone());
-        let handler: Handler = Arc::new(move |req| {
-            let r = edge::admin(&current(), &shared, req.uri().path(), draining.load(Relaxed));
-            Box::pin(async move { r })
-        });
+        let (current, shared) = (current.clone(), shared.clone());
+        let handler = admin_handler(&draining, move |path, draining| edge::admin(&current(), &shared, path, draining));
         listeners.push((bind(addr, "admin").await?, handler, true));
     }
     tracing::info!(listen = %config.listen, routes = config.routes.len(), "edge ready");
