@@ -33,9 +33,8 @@ enum Which {
 }
 
 pub fn main(args: ProxyArgs) -> Result<(), String> {
-    let runtime = || {
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| format!("starting tokio: {e}"))
-    };
+    let runtime =
+        || tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| format!("starting tokio: {e}"));
     match args.command {
         ProxyCommand::Example { which: Which::Edge } => print!("{}", tailor_proxy::example::EDGE),
         ProxyCommand::Example { which: Which::Sidecar } => print!("{}", tailor_proxy::example::SIDECAR),

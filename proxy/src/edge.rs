@@ -74,7 +74,8 @@ impl EdgeState {
 
     /// The first route whose every given condition matches.
     pub fn route(&self, path: &str, headers: &HeaderMap) -> Option<&Route> {
-        let host = headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).map(|h| h.split(':').next().unwrap_or(h));
+        let host =
+            headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).map(|h| h.split(':').next().unwrap_or(h));
         self.routes.iter().find(|r| matches(&r.config, path, host, headers))
     }
 
@@ -219,7 +220,9 @@ pub async fn health_checks(state: Weak<EdgeState>) {
                     };
                     matches!(tokio::time::timeout(interval, client.get(uri)).await, Ok(Ok(r)) if r.status().is_success())
                 }
-                None => matches!(tokio::time::timeout(interval, tokio::net::TcpStream::connect(b.addr)).await, Ok(Ok(_))),
+                None => {
+                    matches!(tokio::time::timeout(interval, tokio::net::TcpStream::connect(b.addr)).await, Ok(Ok(_)))
+                }
             };
             if b.healthy.swap(ok, Relaxed) != ok {
                 tracing::info!(upstream = %b.addr, healthy = ok, "upstream health changed");

@@ -45,11 +45,8 @@ impl Upstreams {
     pub async fn send(&self, mut req: Request<Incoming>, addr: SocketAddr) -> Result<Response<Incoming>, BoxError> {
         let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
         *req.uri_mut() = format!("http://{addr}{path}").parse()?;
-        let response = if req.version() == Version::HTTP_2 {
-            self.h2.request(req).await?
-        } else {
-            self.h1.request(req).await?
-        };
+        let response =
+            if req.version() == Version::HTTP_2 { self.h2.request(req).await? } else { self.h1.request(req).await? };
         Ok(response)
     }
 }

@@ -125,7 +125,8 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     for name in named {
         headers.remove(name);
     }
-    for name in ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "proxy-authorization"] {
+    for name in ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "proxy-authorization"]
+    {
         headers.remove(name);
     }
     if headers.get(http::header::TE).is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"trailers")) {
@@ -135,9 +136,7 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
 
 /// Whether the request is gRPC (`content-type: application/grpc[+proto|...]`).
 pub fn is_grpc(headers: &HeaderMap) -> bool {
-    headers
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+    headers.get(http::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
 /// Headers and a clock from arbitrary bytes, for the fuzz target and the property tests:
@@ -204,7 +203,11 @@ mod tests {
 
     #[test]
     fn strip_removes_every_carrier_and_keeps_other_baggage() {
-        let mut h = headers(&[("tailor-context", "1.g1.c0.k1.h0"), ("baggage", "a=1,tailor=1.g1.c0.k1.h0"), ("baggage", "b=2")]);
+        let mut h = headers(&[
+            ("tailor-context", "1.g1.c0.k1.h0"),
+            ("baggage", "a=1,tailor=1.g1.c0.k1.h0"),
+            ("baggage", "b=2"),
+        ]);
         strip_context(&mut h);
         assert!(h.get("tailor-context").is_none());
         assert_eq!(h.get("baggage").unwrap(), "a=1,b=2");

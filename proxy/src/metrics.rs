@@ -108,7 +108,8 @@ impl Metrics {
             "# HELP tailor_proxy_shed_total Requests shed, by reason.\n# TYPE tailor_proxy_shed_total counter"
         );
         for (i, r) in ShedReason::ALL.iter().enumerate() {
-            let _ = writeln!(out, "tailor_proxy_shed_total{{reason=\"{}\"}} {}", r.as_str(), self.shed[i].load(Relaxed));
+            let _ =
+                writeln!(out, "tailor_proxy_shed_total{{reason=\"{}\"}} {}", r.as_str(), self.shed[i].load(Relaxed));
         }
         counter(
             &mut out,

@@ -38,8 +38,10 @@ pub fn admin_response(path: &str, draining: bool, metrics: impl FnOnce() -> Stri
     match path {
         "/metrics" => {
             let mut r = Response::new(text(metrics()));
-            r.headers_mut()
-                .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
             r
         }
         "/healthz" => plain(StatusCode::OK, "ok\n"),
@@ -95,11 +97,15 @@ async fn accept_loop(
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, ProxyError> {
-    TcpListener::bind(addr).await.map_err(|e| ProxyError::Io { what: format!("binding the {what} listener on {addr}"), source: e })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| ProxyError::Io { what: format!("binding the {what} listener on {addr}"), source: e })
 }
 
 /// A getter of the state as it is now (reloads swap the `Arc` inside).
-fn reader<T: Send + Sync + 'static>(state: &Arc<RwLock<Arc<T>>>) -> impl Fn() -> Arc<T> + Clone + Send + Sync + 'static {
+fn reader<T: Send + Sync + 'static>(
+    state: &Arc<RwLock<Arc<T>>>,
+) -> impl Fn() -> Arc<T> + Clone + Send + Sync + 'static {
     let state = state.clone();
     move || state.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
@@ -139,7 +145,8 @@ pub async fn run_sidecar(path: PathBuf) -> Result<(), ProxyError> {
     let draining = Arc::new(AtomicBool::new(false));
     if let Some(addr) = config.admin {
         let (current, shared) = (current.clone(), shared.clone());
-        let handler = admin_handler(&draining, move |path, draining| sidecar::admin(&current(), &shared, path, draining));
+        let handler =
+            admin_handler(&draining, move |path, draining| sidecar::admin(&current(), &shared, path, draining));
         listeners.push((bind(addr, "admin").await?, handler, true));
     }
     tracing::info!(listen = %config.listen, upstream = %config.upstream, order = ?config.order, c = ?config.c, "sidecar ready");
@@ -207,8 +214,11 @@ async fn supervise(
     reload: impl Fn() -> Result<(), ProxyError>,
     drain_ms: impl Fn() -> u64,
 ) -> Result<(), ProxyError> {
-    let sig = |kind: SignalKind| signal(kind).map_err(|e| ProxyError::Io { what: "installing a signal handler".into(), source: e });
-    let (mut hup, mut term, mut int) = (sig(SignalKind::hangup())?, sig(SignalKind::terminate())?, sig(SignalKind::interrupt())?);
+    let sig = |kind: SignalKind| {
+        signal(kind).map_err(|e| ProxyError::Io { what: "installing a signal handler".into(), source: e })
+    };
+    let (mut hup, mut term, mut int) =
+        (sig(SignalKind::hangup())?, sig(SignalKind::terminate())?, sig(SignalKind::interrupt())?);
     let graceful = Arc::new(GracefulShutdown::new());
     let (stop_tx, stop_rx) = watch::channel(false);
     let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
@@ -254,4 +264,3 @@ async fn supervise(
     }
     Ok(())
 }
-

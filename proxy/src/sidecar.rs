@@ -45,13 +45,7 @@ impl SidecarState {
 
 fn gate_config(s: &Sidecar) -> GateConfig {
     let c = &s.config;
-    GateConfig {
-        order: c.order,
-        c: c.c,
-        c_max: c.c_max,
-        max_queue: c.max_queue,
-        shed_cannot_meet: c.shed_cannot_meet,
-    }
+    GateConfig { order: c.order, c: c.c, c_max: c.c_max, max_queue: c.max_queue, shed_cannot_meet: c.shed_cannot_meet }
 }
 
 /// Serves one inbound request.
@@ -125,7 +119,9 @@ pub async fn egress(
     let grpc = headers::is_grpc(req.headers());
     headers::remove_hop_by_hop(req.headers_mut());
     match shared.upstreams.send(req, upstream).await {
-        Ok(response) => response.map(|b| http_body_util::BodyExt::boxed_unsync(http_body_util::BodyExt::map_err(b, Into::into))),
+        Ok(response) => {
+            response.map(|b| http_body_util::BodyExt::boxed_unsync(http_body_util::BodyExt::map_err(b, Into::into)))
+        }
         Err(e) => upstream_failed(grpc, &e.to_string()),
     }
 }

@@ -68,9 +68,8 @@ async fn grpc_trailers_pass_through_and_shed_calls_are_trailers_only() {
     let cfg = dir.join("sidecar.toml");
     std::fs::write(&cfg, format!("listen = \"127.0.0.1:{listen}\"\nupstream = \"{up}\"\nc = 2\n")).unwrap();
     tokio::spawn(tailor_proxy::serve::run_sidecar(cfg));
-    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-        .http2_only(true)
-        .build_http::<Empty<Bytes>>();
+    let client =
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Empty<Bytes>>();
     let call = |ctx: Option<String>| {
         let mut req = Request::post(format!("http://127.0.0.1:{listen}/helloworld.Greeter/SayHello"))
             .header("content-type", "application/grpc")

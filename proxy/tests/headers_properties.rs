@@ -8,7 +8,15 @@ use tailor_proxy::headers::{self, from_fuzz_bytes, Trust};
 fn interesting() -> impl Strategy<Value = Vec<u8>> {
     // Real header names with arbitrary values mixed with arbitrary bytes.
     let name = prop::sample::select(vec![
-        "tailor-context", "baggage", "Baggage", "grpc-timeout", "connection", "te", "content-type", "tailor-shed", "x",
+        "tailor-context",
+        "baggage",
+        "Baggage",
+        "grpc-timeout",
+        "connection",
+        "te",
+        "content-type",
+        "tailor-shed",
+        "x",
     ]);
     let value = prop::collection::vec(prop::sample::select(b"1.gdckhim0123456789,;=tailor %-_~ \x7f".to_vec()), 0..60);
     let pair = (name, value).prop_map(|(n, v)| [n.as_bytes(), b"\0", &v, b"\0"].concat());
