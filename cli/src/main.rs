@@ -6,6 +6,7 @@ mod demo;
 mod fanout;
 mod ladder;
 mod node;
+mod proxy;
 mod reproduce;
 mod sim;
 
@@ -32,6 +33,8 @@ enum Command {
     Node(node::NodeArgs),
     /// The kernel-enforced runtime's node agent: one policy for every service on this node (docs/runtime.md).
     Agent(agent::AgentArgs),
+    /// Tailor in front of any HTTP/gRPC service: the edge and the sidecar proxy (docs/proxy.md).
+    Proxy(proxy::ProxyArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -53,6 +56,7 @@ fn main() {
         Command::Demo(args) => demo::main(args),
         Command::Fanout(args) => fanout::main(args),
         Command::Agent(args) => agent::main(args),
+        Command::Proxy(args) => proxy::main(args),
     };
     if let Err(e) = result {
         eprintln!("tailor: {e}");
