@@ -224,8 +224,7 @@ impl AdminServer {
             Format::Text => openmetrics_to_text(&openmetrics),
         };
         let mut resp = Response::new(Full::new(Bytes::from(body)));
-        resp.headers_mut()
-            .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(format.content_type()));
+        resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(format.content_type()));
         resp
     }
 }
@@ -233,8 +232,7 @@ impl AdminServer {
 fn plain(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
     *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain; charset=utf-8"));
+    resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain; charset=utf-8"));
     resp
 }
 

@@ -19,10 +19,10 @@ pub mod scraped;
 pub mod testing;
 
 pub use admin::{AdminHandle, AdminServer, Readiness, ReadyFlag};
-pub use logging::{init_tracing, take_log_flags, LogFormat, LoggingError};
 #[cfg(feature = "clap")]
 pub use logging::LogArgs;
-pub use scraped::Scraped;
+pub use logging::{init_tracing, take_log_flags, LogFormat, LoggingError};
 /// The exposition library this crate serves, re-exported so every crate registers
 /// metrics with the same version.
 pub use prometheus_client;
+pub use scraped::Scraped;

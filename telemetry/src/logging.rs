@@ -49,7 +49,9 @@ impl fmt::Display for LogFormat {
 #[derive(Debug, thiserror::Error)]
 pub enum LoggingError {
     /// `--log-level` must be a level (`error`…`trace`) or `RUST_LOG`-style directives.
-    #[error("--log-level {value:?}: {reason} (use a level such as `info` or directives such as `info,tailor_node=debug`)")]
+    #[error(
+        "--log-level {value:?}: {reason} (use a level such as `info` or directives such as `info,tailor_node=debug`)"
+    )]
     BadLevel { value: String, reason: String },
     /// `RUST_LOG` must be `RUST_LOG`-style directives.
     #[error("RUST_LOG={value:?}: {reason} (unset it or use directives such as `info,tailor_node=debug`)")]
@@ -72,8 +74,9 @@ pub fn filter(level: Option<&str>) -> Result<EnvFilter, LoggingError> {
             .map_err(|e| LoggingError::BadLevel { value: value.to_string(), reason: e.to_string() });
     }
     match std::env::var(EnvFilter::DEFAULT_ENV) {
-        Ok(value) if !value.trim().is_empty() => EnvFilter::try_new(&value)
-            .map_err(|e| LoggingError::BadRustLog { value, reason: e.to_string() }),
+        Ok(value) if !value.trim().is_empty() => {
+            EnvFilter::try_new(&value).map_err(|e| LoggingError::BadRustLog { value, reason: e.to_string() })
+        }
         _ => Ok(EnvFilter::new(DEFAULT_LEVEL)),
     }
 }

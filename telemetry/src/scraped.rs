@@ -9,9 +9,9 @@ use std::fmt;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
-use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
 type Read<T> = Box<dyn Fn() -> T + Send + Sync>;
@@ -49,7 +49,12 @@ impl Scraped {
     }
 
     /// A counter (`name_total`) read from a monotonic count.
-    pub fn counter(self, name: &'static str, help: &'static str, read: impl Fn() -> u64 + Send + Sync + 'static) -> Scraped {
+    pub fn counter(
+        self,
+        name: &'static str,
+        help: &'static str,
+        read: impl Fn() -> u64 + Send + Sync + 'static,
+    ) -> Scraped {
         self.push(name, help, None, Values::Counter(Box::new(move || read() as f64)))
     }
 
@@ -65,7 +70,12 @@ impl Scraped {
     }
 
     /// A gauge read at scrape time.
-    pub fn gauge(self, name: &'static str, help: &'static str, read: impl Fn() -> f64 + Send + Sync + 'static) -> Scraped {
+    pub fn gauge(
+        self,
+        name: &'static str,
+        help: &'static str,
+        read: impl Fn() -> f64 + Send + Sync + 'static,
+    ) -> Scraped {
         self.push(name, help, None, Values::Gauge(Box::new(read)))
     }
 

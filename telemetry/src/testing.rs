@@ -57,11 +57,8 @@ fn parse_response(raw: &[u8]) -> Option<HttpResponse> {
         }
     }
     let rest = &raw[split + 4..];
-    let body = if chunked {
-        dechunk(rest)?
-    } else {
-        rest[..content_length.unwrap_or(rest.len()).min(rest.len())].to_vec()
-    };
+    let body =
+        if chunked { dechunk(rest)? } else { rest[..content_length.unwrap_or(rest.len()).min(rest.len())].to_vec() };
     Some(HttpResponse { status, content_type, body: String::from_utf8(body).ok()? })
 }
 

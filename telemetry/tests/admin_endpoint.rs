@@ -35,17 +35,18 @@ fn example_server() -> (AdminServer, Counter, Arc<AtomicU64>) {
     registry.register_with_unit("tailor_example_heartbeat_age", "Since the last beat.", Unit::Seconds, age.clone());
     let age_ns = Arc::new(AtomicU64::new(1_500_000_000));
     let read = age_ns.clone();
-    let server = AdminServer::new(Arc::new(registry))
-        .on_scrape(move || {
-            age.set(read.load(Ordering::Relaxed) as f64 / 1e9);
-        });
+    let server = AdminServer::new(Arc::new(registry)).on_scrape(move || {
+        age.set(read.load(Ordering::Relaxed) as f64 / 1e9);
+    });
     (server, jobs, age_ns)
 }
 
 fn require_clean(promtool: &Promtool) {
     match promtool {
         Promtool::Clean => {}
-        Promtool::Absent => eprintln!("skipping the promtool check: promtool is not installed (apt-get install prometheus)"),
+        Promtool::Absent => {
+            eprintln!("skipping the promtool check: promtool is not installed (apt-get install prometheus)")
+        }
         Promtool::Problems(p) => panic!("promtool check metrics: {p}"),
     }
 }
@@ -103,9 +104,8 @@ fn a_real_prometheus_server_scrapes_the_endpoint() {
         eprintln!("skipping: the prometheus server is not installed (apt-get install prometheus)");
         return;
     };
-    let series = prometheus
-        .query_until_present("tailor_example_jobs_total{job=\"tailor\"}", Duration::from_secs(30))
-        .unwrap();
+    let series =
+        prometheus.query_until_present("tailor_example_jobs_total{job=\"tailor\"}", Duration::from_secs(30)).unwrap();
     assert_eq!(series[0]["value"][1], "7", "{series:?}");
     let up = prometheus.query_until_present("up{job=\"tailor\"}", Duration::from_secs(5)).unwrap();
     assert_eq!(up[0]["value"][1], "1", "{up:?}");
