@@ -10,6 +10,7 @@ pub mod error;
 pub mod idle;
 pub mod journal;
 pub mod ladder;
+pub mod metrics;
 pub mod probe;
 pub mod procs;
 pub mod runner;

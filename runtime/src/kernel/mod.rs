@@ -28,6 +28,7 @@
 //! threads [`IO_PRIORITY`] < watchdogs [`WATCHDOG_PRIORITY`] < agent [`AGENT_PRIORITY`].
 
 pub mod agent;
+pub mod agent_stats;
 mod by_key;
 pub mod sys;
 pub mod table;
@@ -39,7 +40,8 @@ use std::time::{Duration, Instant};
 
 use tailor_core::Context;
 
-pub use agent::{preflight, run_agent, stop_on_signals, AgentConfig, AgentReport, Enforce};
+pub use agent::{preflight, run_agent, run_agent_with_stats, stop_on_signals, AgentConfig, AgentReport, Enforce};
+pub use agent_stats::AgentStats;
 use sys::ThreadPolicy;
 use table::Table;
 
@@ -218,7 +220,7 @@ impl KernelBackend {
                 // Once per process: every job would fail the same way (`stats().errors` counts them).
                 static LOGGED: AtomicBool = AtomicBool::new(false);
                 if !LOGGED.swap(true, Ordering::Relaxed) {
-                    eprintln!("tailor-runtime: cannot take SCHED_FIFO/{level}: {e}; jobs run at their thread's policy");
+                    tracing::warn!(error = %e, "cannot take SCHED_FIFO/{level}; jobs run at their thread's policy");
                 }
                 break;
             }
@@ -245,7 +247,7 @@ impl KernelBackend {
             Ok(p) => p,
             Err(e) => {
                 Counters::add(&counters.errors, 1);
-                eprintln!("tailor-runtime: sched_getattr: {e}");
+                tracing::warn!(error = %e, "sched_getattr failed");
                 return None;
             }
         };
@@ -427,7 +429,7 @@ impl KernelBackend {
             Ok(()) => Counters::add(&counters.priority_changes, 1),
             Err(e) => {
                 Counters::add(&counters.errors, 1);
-                eprintln!("tailor-runtime: cannot restore {} after a job: {e}", reg.orig.describe());
+                tracing::warn!(error = %e, "cannot restore {} after a job", reg.orig.describe());
             }
         }
         lock(&self.job_threads).remove(&reg.tid);
@@ -501,7 +503,7 @@ impl KernelBackend {
         let spawned = std::thread::Builder::new().name("tailor-watchdog".into()).spawn(move || {
             // Above the band: a saturated band must not stop us from noticing a dead agent.
             if let Err(e) = sys::set_policy(0, ThreadPolicy::fifo(WATCHDOG_PRIORITY)) {
-                eprintln!("tailor-runtime: watchdog stays SCHED_OTHER ({e}); it may react late while the band is busy");
+                tracing::warn!(error = %e, "watchdog stays SCHED_OTHER; it may react late while the band is busy");
             }
             let mut last = (u64::MAX, Instant::now());
             loop {
@@ -521,7 +523,7 @@ impl KernelBackend {
             }
         });
         if let Err(e) = spawned {
-            eprintln!("tailor-runtime: cannot start the watchdog thread: {e}; falling back to cooperative now");
+            tracing::warn!(error = %e, "cannot start the watchdog thread; falling back to cooperative now");
             self.fell_back.store(true, Ordering::Release);
         }
     }
@@ -548,8 +550,8 @@ impl KernelBackend {
         } else {
             format!("the agent's heartbeat stopped for {} ms", silent_for.as_millis())
         };
-        eprintln!(
-            "tailor-runtime: {why} ({}): restored {restored} threads to their original policy; falling back to \
+        tracing::warn!(
+            "{why} ({}): restored {restored} threads to their original policy; falling back to \
              the cooperative backend",
             self.table.path().display()
         );
