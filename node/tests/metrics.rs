@@ -71,7 +71,11 @@ fn an_unusable_metrics_addr_is_an_error_naming_the_field() {
     let sb = Sandbox::new();
     // Taken: a listener this test holds.
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
-    let (config, _) = sb.config(&format!("metrics_addr = \"{}\"\n", taken.local_addr().unwrap()));
+    let tier = sb.tier("be");
+    let (config, _) = sb.config(&format!(
+        "metrics_addr = \"{}\"\n[[tier]]\nname = \"{tier}\"\nkind = \"best-effort\"\n",
+        taken.local_addr().unwrap()
+    ));
     let out = Command::new(BIN).arg("run").arg("--config").arg(&config).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
