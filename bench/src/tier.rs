@@ -77,7 +77,7 @@ pub fn serve(cfg: TierConfig) -> Result<(), TierError> {
     // cannot starve the I/O that feeds it.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(io("tokio runtime"))?;
     if let Err(e) = sched.io_thread_started() {
-        eprintln!("tailor demo tier {index}: I/O thread keeps its policy: {e}");
+        tracing::warn!(tier = index, error = %e, "I/O thread keeps its policy");
     }
     let tier = Arc::new(Tier {
         index,
@@ -107,7 +107,7 @@ pub fn serve(cfg: TierConfig) -> Result<(), TierError> {
     sched.io_thread_stopped();
     let missing = tier.context_missing.load(Ordering::Relaxed);
     if missing > 0 && index > 0 {
-        eprintln!("tailor demo tier {index}: {missing} requests arrived without a valid context");
+        tracing::warn!(tier = index, missing, "requests arrived without a valid context");
     }
     result
 }

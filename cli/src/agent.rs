@@ -53,6 +53,9 @@ pub struct AgentArgs {
     /// `--supervise`: an agent whose heartbeat stood still this long is killed and replaced.
     #[arg(long, default_value_t = 1000)]
     hang_ms: u64,
+    /// Serve Prometheus /metrics, /healthz and /readyz here (e.g. 127.0.0.1:9465); docs/observability.md.
+    #[arg(long, value_name = "ADDR")]
+    admin_addr: Option<std::net::SocketAddr>,
 }
 
 pub fn main(args: AgentArgs) -> Result<(), String> {
@@ -108,7 +111,9 @@ pub fn main(args: AgentArgs) -> Result<(), String> {
         None
     };
     let stop = kernel::stop_on_signals();
-    let report = kernel::run_agent(&cfg, stop).map_err(|e| e.to_string())?;
+    let stats = kernel::AgentStats::new();
+    let _admin = args.admin_addr.map(|addr| kernel::agent_stats::serve(addr, &stats)).transpose()?;
+    let report = kernel::run_agent_with_stats(&cfg, stop, &stats).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_file(&cfg.table);
     eprintln!("tailor agent: stopped; {report:?}");
     Ok(())

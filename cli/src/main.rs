@@ -11,12 +11,15 @@ mod reproduce;
 mod sim;
 
 use clap::{Parser, Subcommand};
+use tailor_telemetry::LogFormat;
 
 #[derive(Parser)]
 #[command(name = "tailor", version, about = "Cut the end-to-end tail latency of distributed services.")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: tailor_telemetry::LogArgs,
 }
 
 #[derive(Subcommand)]
@@ -48,6 +51,12 @@ enum BenchCommand {
 
 fn main() {
     let cli = Cli::parse();
+    // The scheduler agent is a daemon: JSON log lines unless --log-format says otherwise.
+    let log_format = if matches!(cli.command, Command::Agent(_)) { LogFormat::Json } else { LogFormat::Text };
+    if let Err(e) = cli.log.init(log_format) {
+        eprintln!("tailor: {e}");
+        std::process::exit(2);
+    }
     let result = match cli.command {
         Command::Sim(args) => sim::main(args),
         Command::Reproduce(args) => reproduce::main(args),

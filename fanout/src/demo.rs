@@ -701,8 +701,8 @@ fn run_guarded(l: &Loaded, scheme: Scheme, load: f64, j: Judging) -> Result<Prob
             return Ok(p);
         }
         stalled += 1;
-        eprintln!(
-            "    (load {load:.3}, seed {}: a query stalled {:.0} ms outside queue and service; run again)",
+        tracing::warn!(
+            "load {load:.3}, seed {}: a query stalled {:.0} ms outside queue and service; run again",
             l.cfg.seed,
             worst as f64 / 1e6
         );

@@ -745,6 +745,11 @@ impl Handler {
         self.planner.lock().expect("planner poisoned").unloaded_tail(class, fanout)
     }
 
+    /// Task servers this handler sends to.
+    pub fn server_count(&self) -> usize {
+        self.cfg.servers.len()
+    }
+
     /// The miss ratio the admission controller sees now (0 without admission control;
     /// per server, the highest).
     pub fn miss_ratio(&self) -> f64 {

@@ -1,6 +1,7 @@
 //! TailGuard on real services: a query handler with SLO- and fan-out-aware task deadlines, EDF task servers, admission control.
 //!
 //! - [`handler`]: the query handler (library and HTTP front end in [`service`]).
+//! - `metrics`: the Prometheus families both services serve on `GET /metrics`.
 //! - [`server`]: task servers that queue by a core policy and emulate a shard.
 //! - [`timer`]: the precise timer thread the emulated service times run on.
 //! - [`loadgen`]: an open-loop Poisson driver and the per-run report.
@@ -16,6 +17,7 @@ pub mod demo;
 pub mod handler;
 pub mod judge;
 pub mod loadgen;
+mod metrics;
 pub mod server;
 pub mod service;
 pub mod timer;

@@ -313,6 +313,11 @@ impl Agent {
         self.journal.is_some()
     }
 
+    /// Changes recorded in the undo journal (0 when not enforcing).
+    pub fn journal_entries(&self) -> usize {
+        self.journal.as_ref().map_or(0, Journal::entries)
+    }
+
     /// Keeps a process (e.g. a benchmark orchestrator) out of every tier.
     pub fn exclude_pid(&mut self, pid: u32) {
         self.exclude.insert(pid);
@@ -473,7 +478,7 @@ impl Agent {
             if let Err(e) = self.place(pid, info.start_time, tier) {
                 self.stats.errors += 1;
                 if self.reported.insert((pid, info.start_time)) {
-                    eprintln!("tailor-node: tier {:?}: pid {pid} ({}): {e}", self.tiers[tier].name, info.comm);
+                    tracing::warn!(tier = %self.tiers[tier].name, pid, comm = %info.comm, error = %e, "cannot place process");
                 }
             }
         }

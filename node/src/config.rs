@@ -43,6 +43,10 @@ pub struct NodeConfig {
     /// Host the runtime's node-wide kernel-enforced scheduler for this tier.
     #[serde(default)]
     pub gat_domain: Option<GatDomainConfig>,
+    /// Where the agent serves Prometheus `/metrics`, `/healthz` and `/readyz`
+    /// (e.g. "127.0.0.1:9464"); none when omitted. docs/observability.md lists the metrics.
+    #[serde(default)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// The kubelet's `--cgroup-root` inside each hierarchy: where `kubepods` (cgroupfs
     /// driver) or `kubepods.slice` (systemd driver) lives. Tiers with `[tier.pods]` look there.
     #[serde(default = "default_kubelet_cgroup_root")]

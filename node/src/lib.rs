@@ -11,6 +11,7 @@ pub mod idle;
 pub mod journal;
 pub mod kubepods;
 pub mod ladder;
+pub mod metrics;
 pub mod probe;
 pub mod procs;
 pub mod runner;

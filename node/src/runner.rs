@@ -13,7 +13,13 @@ use crate::attribution::Window;
 use crate::config::NodeConfig;
 use crate::error::NodeError;
 use crate::journal::{self, Journal};
+use crate::metrics::NodeMetrics;
 use crate::probe::Capabilities;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tailor_runtime::kernel::AgentStats;
+use tailor_telemetry::prometheus_client::registry::Registry;
+use tailor_telemetry::{AdminHandle, AdminServer, Readiness};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -52,9 +58,16 @@ pub fn run(config: NodeConfig, heartbeat: bool) -> Result<(), NodeError> {
     let interval = Duration::from_millis(config.reconcile_interval_ms);
     let window_len = Duration::from_millis(config.window_ms);
     let gat_domain = config.gat_domain.clone();
+    let metrics_addr = config.metrics_addr;
     let mut agent = Agent::new(config, Capabilities::probe())?;
-    eprint!("{}", agent.describe());
-    let scheduler = gat_domain.map(GatScheduler::start);
+    tracing::info!("{}", agent.describe().trim_end());
+    let metrics = NodeMetrics::new();
+    let scheduler_stats = tailor_runtime::kernel::AgentStats::new();
+    let _admin = match metrics_addr {
+        Some(addr) => Some(serve_metrics(addr, &metrics, gat_domain.is_some().then_some(&scheduler_stats))?),
+        None => None,
+    };
+    let scheduler = gat_domain.map(|g| GatScheduler::start(g, scheduler_stats.clone()));
     let pid_file = agent_pid_file(&state_dir);
     std::fs::write(&pid_file, std::process::id().to_string()).map_err(|e| NodeError::io(&pid_file, e))?;
     let windows_path = state_dir.join("windows.jsonl");
@@ -65,22 +78,23 @@ pub fn run(config: NodeConfig, heartbeat: bool) -> Result<(), NodeError> {
         let tick_start = Instant::now();
         let safe = safe_mode_flag(&state_dir).exists();
         let result = if safe && agent.enforcing() {
-            agent.safe_mode().map(|r| eprintln!("tailor-node: safe mode: restored {} journal entries", r.entries))
+            agent.safe_mode().map(|r| tracing::warn!("safe mode: restored {} journal entries", r.entries))
         } else if !safe && !agent.enforcing() {
             agent.start_enforcing().map(|leftover| {
                 if let Some(r) = leftover {
-                    eprintln!("tailor-node: restored {} entries left by a previous run", r.entries);
+                    tracing::info!("restored {} entries left by a previous run", r.entries);
                 }
             })
         } else {
             agent.reconcile()
         };
+        metrics.publish(&agent, safe, result.is_err(), tick_start.elapsed());
         match result {
             Ok(()) => last_error.clear(),
             Err(e) => {
                 let msg = e.to_string();
                 if msg != last_error {
-                    eprintln!("tailor-node: {msg}");
+                    tracing::error!("{msg}");
                     last_error = msg;
                 }
             }
@@ -91,7 +105,7 @@ pub fn run(config: NodeConfig, heartbeat: bool) -> Result<(), NodeError> {
                 .and_then(|_| out.flush());
             if beat.is_err() {
                 // The supervisor is gone: nobody would restore after us, so restore and stop.
-                eprintln!("tailor-node: supervisor gone (heartbeat pipe closed); restoring and stopping");
+                tracing::warn!("supervisor gone (heartbeat pipe closed); restoring and stopping");
                 break;
             }
         }
@@ -112,12 +126,31 @@ pub fn run(config: NodeConfig, heartbeat: bool) -> Result<(), NodeError> {
     // The scheduler first: it puts every GAT-domain thread back before the tiers go.
     drop(scheduler);
     let report = agent.safe_mode()?;
-    eprintln!("tailor-node: stopping: restored {} journal entries ({} errors)", report.entries, report.errors.len());
+    tracing::info!("stopping: restored {} journal entries ({} errors)", report.entries, report.errors.len());
     for e in &report.errors {
-        eprintln!("tailor-node: restore: {e}");
+        tracing::error!("restore: {e}");
     }
     let _ = std::fs::remove_file(&pid_file);
     Ok(())
+}
+
+/// Serves the agent's metrics (and the GAT-domain scheduler's, when it runs) on `addr`;
+/// ready once a reconcile pass succeeded.
+fn serve_metrics(
+    addr: SocketAddr,
+    metrics: &Arc<NodeMetrics>,
+    scheduler: Option<&Arc<AgentStats>>,
+) -> Result<AdminHandle, NodeError> {
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    if let Some(stats) = scheduler {
+        registry.register_collector(Box::new(stats.scraped()));
+    }
+    let ready = metrics.clone();
+    AdminServer::new(Arc::new(registry))
+        .readiness(Readiness::from_fn(move || ready.ready()))
+        .spawn(addr)
+        .map_err(|e| NodeError::Config(format!("metrics_addr = \"{addr}\": cannot listen: {e}")))
 }
 
 /// The runtime's node-wide scheduler on a thread of the node agent (`[gat_domain]`).
@@ -128,7 +161,7 @@ struct GatScheduler {
 }
 
 impl GatScheduler {
-    fn start(g: crate::config::GatDomainConfig) -> GatScheduler {
+    fn start(g: crate::config::GatDomainConfig, stats: Arc<AgentStats>) -> GatScheduler {
         let cfg = tailor_runtime::kernel::AgentConfig {
             table: g.table.clone(),
             policy: g.policy.clone(),
@@ -142,21 +175,23 @@ impl GatScheduler {
         let thread = std::thread::Builder::new()
             .name("tailor-gat-sched".into())
             .spawn(move || {
-                eprintln!(
-                    "tailor-node: [gat_domain] tier {:?}: node-wide scheduler on {} ({} CPUs, policy {:?}, {:?})",
+                tracing::info!(
+                    "[gat_domain] tier {:?}: node-wide scheduler on {} ({} CPUs, policy {:?}, {:?})",
                     g.tier,
                     cfg.table.display(),
                     cfg.cpus,
                     cfg.policy,
                     cfg.enforce
                 );
-                match tailor_runtime::kernel::run_agent(&cfg, &flag) {
-                    Ok(r) => eprintln!(
-                        "tailor-node: [gat_domain] scheduler stopped: {} jobs, {} promotions, {} errors",
-                        r.arrivals, r.promotions, r.errors
+                match tailor_runtime::kernel::run_agent_with_stats(&cfg, &flag, &stats) {
+                    Ok(r) => tracing::info!(
+                        jobs = r.arrivals,
+                        promotions = r.promotions,
+                        errors = r.errors,
+                        "[gat_domain] scheduler stopped"
                     ),
                     // Tiers keep working without it; services fall back to cooperative.
-                    Err(e) => eprintln!("tailor-node: [gat_domain] scheduler not running: {e}"),
+                    Err(e) => tracing::error!("[gat_domain] scheduler not running: {e}"),
                 }
             })
             .ok();
@@ -209,7 +244,7 @@ pub fn supervise(config_path: &Path, agent: AgentCommand) -> Result<(), NodeErro
             .spawn()
             .map_err(|e| NodeError::io(&agent.program, e))?;
         let pid = child.id();
-        eprintln!("tailor-node supervise: agent pid {pid} started");
+        tracing::info!("supervise: agent pid {pid} started");
         let (tx, rx) = mpsc::sync_channel::<String>(64);
         let stdout = child.stdout.take().expect("piped");
         std::thread::spawn(move || {
@@ -229,8 +264,8 @@ pub fn supervise(config_path: &Path, agent: AgentCommand) -> Result<(), NodeErro
                 Ok(line) => {
                     last_beat = Instant::now();
                     if let (Some(t), true) = (failed_at, line.ends_with("enforcing=1")) {
-                        eprintln!(
-                            "tailor-node supervise: agent pid {pid} enforcing again {} ms after the failure was detected",
+                        tracing::info!(
+                            "supervise: agent pid {pid} enforcing again {} ms after the failure was detected",
                             t.elapsed().as_millis()
                         );
                         failed_at = None;
@@ -251,8 +286,8 @@ pub fn supervise(config_path: &Path, agent: AgentCommand) -> Result<(), NodeErro
         let _ = child.kill();
         let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
         let report = journal::restore(&state_dir)?;
-        eprintln!(
-            "tailor-node supervise: agent pid {pid} {cause} ({status}); restored {} journal entries in {:.1} ms",
+        tracing::warn!(
+            "supervise: agent pid {pid} {cause} ({status}); restored {} journal entries in {:.1} ms",
             report.entries,
             detected.elapsed().as_secs_f64() * 1e3
         );
@@ -261,12 +296,12 @@ pub fn supervise(config_path: &Path, agent: AgentCommand) -> Result<(), NodeErro
         failures.push(detected);
         if failures.len() > 5 {
             // Crash loop: the node stays in stock mode (restored) between attempts.
-            eprintln!("tailor-node supervise: {} failures in 30 s; backing off 5 s", failures.len());
+            tracing::warn!("supervise: {} failures in 30 s; backing off 5 s", failures.len());
             std::thread::sleep(Duration::from_secs(5));
         }
     }
     let report = journal::restore(&state_dir)?;
-    eprintln!("tailor-node supervise: stopped; {} leftover journal entries restored", report.entries);
+    tracing::info!("supervise: stopped; {} leftover journal entries restored", report.entries);
     Ok(())
 }
 

@@ -83,7 +83,7 @@ impl Pool {
             Ok(_) => Ok(()),
             Err(e) => {
                 // Out of threads (ulimit): shed rather than fail the whole process.
-                eprintln!("tailor-runtime: cannot start a pool thread: {e}");
+                tracing::warn!(error = %e, "cannot start a pool thread; the task is shed");
                 self.state.lock().unwrap_or_else(|p| p.into_inner()).threads -= 1;
                 // The task moved into the closure that failed to spawn; it is dropped.
                 Err(Box::new(|| {}))

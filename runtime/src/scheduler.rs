@@ -97,7 +97,7 @@ impl Scheduler {
             }
         };
         if options.log {
-            eprintln!("tailor-runtime: {description}");
+            tracing::info!("{description}");
         }
         let inner = Arc::new(Inner {
             backend,
@@ -127,7 +127,7 @@ impl Scheduler {
                 if let Some(inner) = weak.upgrade() {
                     if let Backend::Kernel(k) = &inner.backend {
                         if let Err(e) = k.pool_thread_started() {
-                            eprintln!("tailor-runtime: pool thread stays below the band: {e}");
+                            tracing::warn!(error = %e, "pool thread stays below the band");
                         }
                     }
                 }

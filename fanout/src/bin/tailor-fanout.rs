@@ -11,7 +11,9 @@
 //! ```
 //!
 //! Each process prints `listening <addr>` once per socket it serves, then
-//! `ready`, and serves until it is killed or its stdin closes.
+//! `ready`, and serves until it is killed or its stdin closes. Every socket
+//! also answers `GET /metrics`, `/healthz` and `/readyz` (docs/observability.md);
+//! `--log-level LEVEL` / `--log-format text|json` (or RUST_LOG) set the logs on stderr.
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -28,9 +30,17 @@ use tailor_core::time::from_millis_f64;
 use tailor_fanout::demo;
 use tailor_fanout::handler::{AdmissionConfig, HandlerConfig, Queuing, Scheme};
 use tailor_fanout::{service, Handler, PreciseTimer, TaskServer, TaskServerConfig};
+use tailor_telemetry::LogFormat;
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    // The two services log JSON lines by default; every command takes --log-level/--log-format.
+    let daemon = matches!(args.first().map(String::as_str), Some("servers" | "handler"));
+    let format = if daemon { LogFormat::Json } else { LogFormat::Text };
+    if let Err(e) = tailor_telemetry::take_log_flags(&mut args, format) {
+        eprintln!("tailor-fanout: {e}");
+        std::process::exit(2);
+    }
     let result = match args.first().map(String::as_str) {
         Some("servers") => flags(&args[1..], SERVER_FLAGS).and_then(|f| servers(&f)),
         Some("handler") => flags(&args[1..], HANDLER_FLAGS).and_then(|f| handler(&f)),

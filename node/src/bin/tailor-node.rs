@@ -5,13 +5,20 @@ use std::path::PathBuf;
 
 use tailor_node::runner::{self, AgentCommand};
 use tailor_node::{Capabilities, NodeConfig};
+use tailor_telemetry::LogFormat;
 
-const USAGE: &str = "usage: tailor-node run --config FILE [--heartbeat] | supervise --config FILE | \
+const USAGE: &str = "usage: tailor-node [--log-level LEVEL] [--log-format text|json] run --config FILE [--heartbeat] | supervise --config FILE | \
                      safe-mode --config FILE [--off] | probe | example | \
                      ladder [--quick] [--out DIR] [--server probe|redis] [--rate R] [--service-us U] [--workers N] [--reps N]";
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    // Daemons log JSON lines by default (for a log shipper); every command takes --log-level/--log-format.
+    let daemon = matches!(args.first().map(String::as_str), Some("run" | "supervise"));
+    let format = if daemon { LogFormat::Json } else { LogFormat::Text };
+    if let Err(e) = tailor_telemetry::take_log_flags(&mut args, format) {
+        exit(Err(e.to_string()));
+    }
     let Some(sub) = args.first().cloned() else {
         eprintln!("{USAGE}");
         std::process::exit(2);

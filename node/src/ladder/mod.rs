@@ -156,7 +156,7 @@ struct AgentGuard(Agent);
 impl Drop for AgentGuard {
     fn drop(&mut self) {
         if let Err(e) = self.0.safe_mode() {
-            eprintln!("ladder: restoring the agent: {e}");
+            tracing::error!(error = %e, "ladder: restoring the agent failed");
         }
         let _ = std::fs::remove_dir_all(self.0.state_dir());
     }

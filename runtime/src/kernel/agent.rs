@@ -17,6 +17,7 @@ use std::time::Duration;
 use tailor_core::policy::{Job, JobId};
 use tailor_core::{Nanos, PolicySpec};
 
+use super::agent_stats::AgentStats;
 use super::by_key::KeyAgent;
 use super::identity::Processes;
 use super::nspid::{self, Resolver};
@@ -132,7 +133,7 @@ impl AgentReport {
     pub(super) fn error(&mut self, msg: String) {
         self.errors += 1;
         if self.errors <= 20 {
-            eprintln!("tailor agent: {msg}");
+            tracing::warn!(errors = self.errors, "{msg}");
         }
     }
 }
@@ -187,6 +188,15 @@ pub fn preflight() -> Result<(i64, i64), RuntimeError> {
 /// Runs the agent on the calling thread until `stop` is set; restores every registered
 /// thread before returning.
 pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, RuntimeError> {
+    run_agent_with_stats(cfg, stop, &AgentStats::default())
+}
+
+/// [`run_agent`], publishing its counters to `stats` as it runs (what `/metrics` reads).
+pub fn run_agent_with_stats(
+    cfg: &AgentConfig,
+    stop: &AtomicBool,
+    stats: &AgentStats,
+) -> Result<AgentReport, RuntimeError> {
     preflight()?;
     if cfg.cpus == 0 {
         return Err(RuntimeError::Config("agent: `cpus` must be at least 1".into()));
@@ -231,8 +241,10 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, Ru
             let mut agent = KeyAgent::new(&table, key, bucket_ns, Resolver::new(own_pid_ns));
             h.agent_pid.store(std::process::id(), Ordering::Relaxed);
             h.agent_state.store(table::AGENT_RUNNING, Ordering::Release);
-            agent.run(stop, cfg.verbose);
+            stats.started(table.slots());
+            agent.run(stop, cfg.verbose, stats);
             h.agent_state.store(table::AGENT_STOPPED, Ordering::Release);
+            stats.stopped();
             agent.restore_all();
             return truncated_or(&table, agent.report);
         }
@@ -240,9 +252,11 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, Ru
         h.agent_pid.store(std::process::id(), Ordering::Relaxed);
         h.fast_limit.store(fast_limit(&cfg.policy, cfg.cpus), Ordering::SeqCst);
         h.agent_state.store(table::AGENT_RUNNING, Ordering::Release);
-        agent.run(stop, cfg.verbose);
+        stats.started(table.slots());
+        agent.run(stop, cfg.verbose, stats);
         h.fast_limit.store(0, Ordering::SeqCst);
         h.agent_state.store(table::AGENT_STOPPED, Ordering::Release);
+        stats.stopped();
         agent.restore_all();
         truncated_or(&table, agent.report)
     });
@@ -341,7 +355,7 @@ impl<'t> Agent<'t> {
         }
     }
 
-    fn run(&mut self, stop: &AtomicBool, verbose: bool) {
+    fn run(&mut self, stop: &AtomicBool, verbose: bool, stats: &AgentStats) {
         let h = self.table.header();
         let (start_wall, start_cpu) = (monotonic_ns(), thread_cpu_ns());
         let mut next_reap = start_wall + REAP_EVERY;
@@ -354,19 +368,22 @@ impl<'t> Agent<'t> {
             if self.driver.next_tick().is_some_and(|t| t <= now) {
                 self.driver.tick(now);
                 if self.trace {
-                    eprintln!("agent: t={now} tick running={:?}", self.driver.running());
+                    tracing::trace!(t = now, running = ?self.driver.running(), "tick");
                 }
             }
             if now >= next_reap {
                 self.scan_all(now);
                 self.reap();
                 next_reap = now + REAP_EVERY;
+                stats.publish_cpu(thread_cpu_ns() - start_cpu);
             }
             self.apply();
             self.publish_successors(now);
+            self.report.handoffs = h.handoffs.load(Ordering::Relaxed);
+            stats.publish(&self.report, self.live.len(), self.driver.waiting(), now);
             if verbose && now >= next_log {
                 next_log = now + 1_000_000_000;
-                eprintln!("tailor agent: {:?} waiting={}", self.report, self.driver.waiting());
+                tracing::info!(report = ?self.report, waiting = self.driver.waiting(), "agent counters");
             }
             // Sleep until the doorbell rings, the policy's next tick, or the heartbeat.
             let now = monotonic_ns();
@@ -493,10 +510,12 @@ impl<'t> Agent<'t> {
                 // One that put itself in the band on the fast path: `apply` sees its `admitted`.
                 self.driver.arrive(now, job);
                 if self.trace {
-                    eprintln!(
-                        "agent: t={now} arrive {job:?} running={:?} next_tick={:?}",
-                        self.driver.running(),
-                        self.driver.next_tick()
+                    tracing::trace!(
+                        t = now,
+                        job = ?job,
+                        running = ?self.driver.running(),
+                        next_tick = ?self.driver.next_tick(),
+                        "arrive"
                     );
                 }
                 if state == table::BLOCKED {

@@ -24,6 +24,7 @@ use super::agent::{AgentReport, HEARTBEAT, REAP_EVERY};
 use super::identity::Processes;
 use super::nspid::Resolver;
 use super::sys::ThreadPolicy;
+use super::agent_stats::AgentStats;
 use super::table::{self, Table};
 use crate::cpu::{monotonic_ns, realtime_ns, thread_cpu_ns};
 
@@ -101,7 +102,7 @@ impl<'t> KeyAgent<'t> {
         live
     }
 
-    pub(super) fn run(&mut self, stop: &AtomicBool, verbose: bool) {
+    pub(super) fn run(&mut self, stop: &AtomicBool, verbose: bool, stats: &AgentStats) {
         let h = self.table.header();
         let (start_wall, start_cpu) = (monotonic_ns(), thread_cpu_ns());
         let mut next_reap = start_wall + REAP_EVERY;
@@ -131,14 +132,17 @@ impl<'t> KeyAgent<'t> {
                 self.host_ids.retain(|job, _| current.contains(job));
                 self.reap(&live);
                 next_reap = now + REAP_EVERY;
+                stats.publish_cpu(thread_cpu_ns() - start_cpu);
             }
+            // The kernel orders the jobs here: none waits on the agent.
+            stats.publish(&self.report, live.len(), 0, now);
             if verbose && now >= next_log {
                 next_log = now + 1_000_000_000;
-                eprintln!(
-                    "tailor agent: {:?} live={} base={}",
-                    self.report,
-                    live.len(),
-                    h.base.load(Ordering::Relaxed)
+                tracing::info!(
+                    report = ?self.report,
+                    live = live.len(),
+                    base = h.base.load(Ordering::Relaxed),
+                    "agent counters"
                 );
             }
             let rung = self.table.sleep_on_doorbell(bell, HEARTBEAT);

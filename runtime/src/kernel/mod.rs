@@ -29,6 +29,7 @@
 //! threads [`IO_PRIORITY`] < watchdogs [`WATCHDOG_PRIORITY`] < agent [`AGENT_PRIORITY`].
 
 pub mod agent;
+pub mod agent_stats;
 mod by_key;
 mod identity;
 pub mod supervise;
@@ -43,7 +44,8 @@ use std::time::{Duration, Instant};
 
 use tailor_core::Context;
 
-pub use agent::{preflight, run_agent, stop_on_signals, AgentConfig, AgentReport, Enforce};
+pub use agent::{preflight, run_agent, run_agent_with_stats, stop_on_signals, AgentConfig, AgentReport, Enforce};
+pub use agent_stats::AgentStats;
 use sys::ThreadPolicy;
 use table::Table;
 
@@ -286,7 +288,7 @@ impl KernelBackend {
                 // Once per process: every job would fail the same way (`stats().errors` counts them).
                 static LOGGED: AtomicBool = AtomicBool::new(false);
                 if !LOGGED.swap(true, Ordering::Relaxed) {
-                    eprintln!("tailor-runtime: cannot take SCHED_FIFO/{level}: {e}; jobs run at their thread's policy");
+                    tracing::warn!(error = %e, "cannot take SCHED_FIFO/{level}; jobs run at their thread's policy");
                 }
                 break;
             }
@@ -315,7 +317,7 @@ impl KernelBackend {
             Ok(p) => p,
             Err(e) => {
                 Counters::add(&counters.errors, 1);
-                eprintln!("tailor-runtime: sched_getattr: {e}");
+                tracing::warn!(error = %e, "sched_getattr failed");
                 return None;
             }
         };
@@ -515,7 +517,7 @@ impl KernelBackend {
             Ok(()) => Counters::add(&counters.priority_changes, 1),
             Err(e) => {
                 Counters::add(&counters.errors, 1);
-                eprintln!("tailor-runtime: cannot restore {} after a job: {e}", restore.describe());
+                tracing::warn!(error = %e, "cannot restore {} after a job", restore.describe());
             }
         }
         self.settle(reg.orig);
@@ -600,7 +602,7 @@ impl KernelBackend {
             // a dead agent. Fallen back, nothing here runs at an RT priority, this thread too.
             let natural = sys::get_policy(0).unwrap_or(ThreadPolicy { policy: libc::SCHED_OTHER, priority: 0 });
             if let Err(e) = sys::set_policy(0, ThreadPolicy::fifo(WATCHDOG_PRIORITY)) {
-                eprintln!("tailor-runtime: watchdog stays SCHED_OTHER ({e}); it may react late while the band is busy");
+                tracing::warn!(error = %e, "watchdog stays SCHED_OTHER; it may react late while the band is busy");
             }
             let mut last = (u64::MAX, Instant::now());
             // Fallen back: the agent we last saw, and the heartbeat seen on the table at the
@@ -631,7 +633,7 @@ impl KernelBackend {
             }
         });
         if let Err(e) = spawned {
-            eprintln!("tailor-runtime: cannot start the watchdog thread: {e}; falling back to cooperative now");
+            tracing::warn!(error = %e, "cannot start the watchdog thread; falling back to cooperative now");
             self.fell_back.store(true, Ordering::SeqCst);
         }
     }
@@ -669,8 +671,8 @@ impl KernelBackend {
         } else {
             format!("the agent's heartbeat stopped for {} ms", silent_for.as_millis())
         };
-        eprintln!(
-            "tailor-runtime: {why} ({}): restored {restored} threads to their original policy; falling back to \
+        tracing::warn!(
+            "{why} ({}): restored {restored} threads to their original policy; falling back to \
              the cooperative backend until an agent serves the table again",
             self.table_path.display()
         );
@@ -712,8 +714,8 @@ impl KernelBackend {
             }
         }
         Counters::add(&counters.reattached, 1);
-        eprintln!(
-            "tailor-runtime: the agent (pid {pid}) serves {} again: re-attached, {raised} I/O and pool threads above \
+        tracing::info!(
+            "the agent (pid {pid}) serves {} again: re-attached, {raised} I/O and pool threads above \
              the band again; jobs are kernel-ordered again",
             self.table_path.display()
         );

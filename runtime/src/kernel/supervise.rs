@@ -57,26 +57,26 @@ pub fn supervise(cfg: &SupervisorConfig, stop: &AtomicBool) -> Result<Supervisor
             .map_err(|e| RuntimeError::Io { what: format!("start the agent {}", cfg.program.display()), source: e })?;
         report.starts += 1;
         let pid = child.id();
-        eprintln!("tailor agent supervise: agent pid {pid} started");
+        tracing::info!("agent pid {pid} started");
         let outcome = watch(cfg, &mut child, stop);
         match outcome {
             Outcome::Stopped => {
                 // SAFETY: a signal to our own child, by pid.
                 unsafe { libc::kill(pid as i32, libc::SIGTERM) };
                 let status = child.wait();
-                eprintln!("tailor agent supervise: stopped; agent pid {pid} {status:?}");
+                tracing::info!("stopped; agent pid {pid} {status:?}");
                 break;
             }
             Outcome::Exited(status) => {
                 report.exits += 1;
-                eprintln!("tailor agent supervise: agent pid {pid} exited ({status}); starting a new one");
+                tracing::warn!("agent pid {pid} exited ({status}); starting a new one");
             }
             Outcome::Hung(still) => {
                 report.hangs += 1;
                 let _ = child.kill();
                 let _ = child.wait();
-                eprintln!(
-                    "tailor agent supervise: agent pid {pid} hung (heartbeat still for {} ms); killed, starting a new one",
+                tracing::warn!(
+                    "agent pid {pid} hung (heartbeat still for {} ms); killed, starting a new one",
                     still.as_millis()
                 );
             }
@@ -85,8 +85,8 @@ pub fn supervise(cfg: &SupervisorConfig, stop: &AtomicBool) -> Result<Supervisor
         recent.push(Instant::now());
         if recent.len() > CRASH_LIMIT {
             // A crash loop: the services stay in their fallback meanwhile.
-            eprintln!(
-                "tailor agent supervise: {} restarts in {} s; waiting {} s",
+            tracing::warn!(
+                "{} restarts in {} s; waiting {} s",
                 recent.len(),
                 CRASH_WINDOW.as_secs(),
                 CRASH_BACKOFF.as_secs()
