@@ -84,7 +84,8 @@ async fn handle(h: Arc<Handler>, req: Request<Incoming>) -> Result<Response<Full
             StatusCode::OK,
             format!(
                 "admitted {}\nrejected {}\nrejected_late {}\ntasks {}\ntasks_missed {}\ntask_errors {}\nmiss_ratio {:.6}\n\
-                 planner_refreshes {}\nservers_on_own_cdf {}\nservers_on_pooled_cdf {}\n",
+                 planner_refreshes {}\nservers_on_own_cdf {}\nservers_on_pooled_cdf {}\ntimeouts {}\n\
+                 in_flight_tasks {}\ncentral_waiting {}\nadmission_queued {}\n",
                 s.admitted.load(Ordering::Relaxed),
                 s.rejected.load(Ordering::Relaxed),
                 s.rejected_late.load(Ordering::Relaxed),
@@ -94,7 +95,11 @@ async fn handle(h: Arc<Handler>, req: Request<Incoming>) -> Result<Response<Full
                 h.miss_ratio(),
                 s.planner_refreshes.load(Ordering::Relaxed),
                 s.servers_on_own_cdf.load(Ordering::Relaxed),
-                s.servers_on_pooled_cdf.load(Ordering::Relaxed)
+                s.servers_on_pooled_cdf.load(Ordering::Relaxed),
+                s.timeouts.load(Ordering::Relaxed),
+                h.in_flight_tasks(),
+                h.central_waiting(),
+                h.admission_queued()
             ),
         ));
     }
@@ -142,6 +147,7 @@ async fn handle(h: Arc<Handler>, req: Request<Incoming>) -> Result<Response<Full
         Err(e @ (QueryError::NoSuchClass { .. } | QueryError::BadFanout { .. })) => {
             Ok(text(StatusCode::BAD_REQUEST, format!("{e}\n")))
         }
+        Err(e @ QueryError::Timeout { .. }) => Ok(text(StatusCode::GATEWAY_TIMEOUT, format!("{e}\n"))),
         Err(e) => Ok(text(StatusCode::BAD_GATEWAY, format!("{e}\n"))),
     }
 }

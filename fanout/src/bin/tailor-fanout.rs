@@ -62,6 +62,7 @@ const HANDLER_FLAGS: &[&str] = &[
     "proportional",
     "per-server-admission",
     "reject-late",
+    "query-timeout-slos",
 ];
 
 /// `--name value` pairs (a later one overrides an earlier one). A misspelt or unknown
@@ -187,6 +188,7 @@ fn handler(f: &HashMap<String, String>) -> Result<(), String> {
         refresh: Duration::from_millis(250),
         min_samples,
         seed: 1,
+        query_timeout_slos: Some(get(f, "query-timeout-slos", Some(20.0))?),
     };
     let rt = runtime()?;
     rt.block_on(async {
