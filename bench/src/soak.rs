@@ -134,7 +134,8 @@ impl SoakReport {
             .iter()
             .map(|(name, s)| {
                 let slope = s.slope_per_min(fit_from_min).unwrap_or(0.0);
-                let span = s.points.last().map_or(0.0, |p| p.0) - fit_from_min.min(s.points.last().map_or(0.0, |p| p.0));
+                let span =
+                    s.points.last().map_or(0.0, |p| p.0) - fit_from_min.min(s.points.last().map_or(0.0, |p| p.0));
                 let fitted_change = slope * span.max(0.0);
                 let bound = growth_bound(name, s.mean());
                 Trend {
@@ -149,14 +150,7 @@ impl SoakReport {
                 }
             })
             .collect();
-        SoakReport {
-            what,
-            minutes,
-            sample_every_s: every.as_secs_f64(),
-            fit_from_min,
-            trends,
-            windows: Vec::new(),
-        }
+        SoakReport { what, minutes, sample_every_s: every.as_secs_f64(), fit_from_min, trends, windows: Vec::new() }
     }
 
     /// Series that grew beyond their bound.
@@ -187,7 +181,8 @@ impl SoakReport {
         }
         s.push_str("\n| window (min) | requests | errors | p50 ms | p99 ms |\n|---:|---:|---:|---:|---:|\n");
         for w in &self.windows {
-            let _ = writeln!(s, "| {} | {} | {} | {:.2} | {:.2} |", w.index + 1, w.requests, w.errors, w.p50_ms, w.p99_ms);
+            let _ =
+                writeln!(s, "| {} | {} | {} | {:.2} | {:.2} |", w.index + 1, w.requests, w.errors, w.p50_ms, w.p99_ms);
         }
         let p99s: Vec<f64> = self.windows.iter().skip(1).map(|w| w.p99_ms).collect();
         if p99s.len() >= 3 {
@@ -283,6 +278,14 @@ impl SoakTiming {
     fn windows(&self) -> usize {
         ((self.duration.as_secs_f64() / self.window.as_secs_f64()).round() as usize).max(1)
     }
+    /// The finished run's report.
+    fn report(&self, what: String, series: &BTreeMap<String, Series>, windows: Vec<Window>) -> SoakReport {
+        let mut r =
+            SoakReport::new(what, self.duration.as_secs_f64() / 60.0, self.sample_every, self.fit_from_min(), series);
+        r.windows = windows;
+        r
+    }
+
     fn fit_from_min(&self) -> f64 {
         // The first window is warm-up unless there is only one.
         if self.windows() > 1 {
@@ -346,8 +349,8 @@ pub fn run_chain(s: &ChainSoak, mut say: impl FnMut(&str)) -> Result<SoakReport,
     let shm = Path::new("/dev/shm");
     let dir = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
     let table = dir.join(format!("tailor-soak-{}", std::process::id()));
-    let agent = demo::start_agent(&cfg, Mode::Orf, &table, &s.out.join("logs/soak-agent.log"))
-        .map_err(DemoError::Config)?;
+    let agent =
+        demo::start_agent(&cfg, Mode::Orf, &table, &s.out.join("logs/soak-agent.log")).map_err(DemoError::Config)?;
     let result = (|| {
         let chain = Chain::start(&demo::chain_spec(&cfg, cfg.backend(Mode::Orf, &table), "soak"))?;
         let mut procs: Vec<(String, u32)> =
@@ -393,15 +396,7 @@ pub fn run_chain(s: &ChainSoak, mut say: impl FnMut(&str)) -> Result<SoakReport,
         let series = sampler.finish();
         drop(chain);
         let what = format!("chain, {} tiers, kernel backend (orf), ρ {:.2}, {}", s.tiers, s.rho, s.workload);
-        let mut report = SoakReport::new(
-            what,
-            s.timing.duration.as_secs_f64() / 60.0,
-            s.timing.sample_every,
-            s.timing.fit_from_min(),
-            &series,
-        );
-        report.windows = windows;
-        Ok(report)
+        Ok(s.timing.report(what, &series, windows))
     })();
     demo::stop_agent(agent);
     let _ = std::fs::remove_file(&table);
@@ -422,15 +417,7 @@ pub struct FanoutSoak {
 pub fn run_fanout(s: &FanoutSoak, mut say: impl FnMut(&str)) -> Result<SoakReport, tailor_fanout::Error> {
     use tailor_fanout::{demo as fdemo, loadgen, Handler, PreciseTimer};
     let l = fdemo::Loaded::load(&s.config)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .on_thread_start(|| {
-            tailor_fanout::timer::raise_thread_priority();
-        })
-        .enable_all()
-        .build()
-        .map_err(|e| tailor_fanout::Error::Io(e.to_string()))?;
-    tailor_fanout::timer::raise_thread_priority();
+    let rt = fdemo::probe_runtime()?;
     rt.block_on(async {
         let timer = Arc::new(PreciseTimer::start().map_err(|e| tailor_fanout::Error::Io(e.to_string()))?);
         let servers = fdemo::spawn_servers(&l, s.scheme, &timer).await?;
@@ -495,15 +482,7 @@ pub fn run_fanout(s: &FanoutSoak, mut say: impl FnMut(&str)) -> Result<SoakRepor
         refresher.abort();
         drop(servers);
         let what = format!("fan-out handler, {}, {}, load {:.3}", l.cfg.name, s.scheme.name(), s.load);
-        let mut report = SoakReport::new(
-            what,
-            s.timing.duration.as_secs_f64() / 60.0,
-            s.timing.sample_every,
-            s.timing.fit_from_min(),
-            &series,
-        );
-        report.windows = windows;
-        Ok(report)
+        Ok(s.timing.report(what, &series, windows))
     })
 }
 

@@ -560,6 +560,21 @@ impl Probe {
     }
 }
 
+/// The runtime a real run's servers, handler and load generator share: two workers at nice −10,
+/// and so is the calling thread, where the load generator runs (`block_on`).
+pub fn probe_runtime() -> Result<tokio::runtime::Runtime, crate::Error> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .on_thread_start(|| {
+            crate::timer::raise_thread_priority();
+        })
+        .enable_all()
+        .build()
+        .map_err(|e| crate::Error::Io(e.to_string()))?;
+    crate::timer::raise_thread_priority();
+    Ok(rt)
+}
+
 /// The configuration's task servers on loopback, queuing as `scheme` does (FIFO at the servers
 /// when the handler queues centrally).
 pub async fn spawn_servers(
@@ -604,16 +619,7 @@ pub fn run_real_with(
     measure: Duration,
     sequential: Option<(Vec<u32>, BudgetSplit)>,
 ) -> Result<Probe, crate::Error> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .on_thread_start(|| {
-            crate::timer::raise_thread_priority();
-        })
-        .enable_all()
-        .build()
-        .map_err(|e| crate::Error::Io(e.to_string()))?;
-    // The load generator runs on this thread (block_on): the workers' nice −10 too.
-    crate::timer::raise_thread_priority();
+    let rt = probe_runtime()?;
     rt.block_on(async {
         let timer = Arc::new(PreciseTimer::start().map_err(|e| crate::Error::Io(e.to_string()))?);
         let servers = spawn_servers(l, scheme, &timer).await?;

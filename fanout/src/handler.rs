@@ -947,7 +947,11 @@ impl Handler {
     /// Dispatches `ctx.fanout` tasks with `ctx`'s deadline and waits for all.
     /// Returns (tasks that missed, the query's pre-dequeuing time: the longest
     /// time any of its tasks waited before being dequeued, the slowest task's timeline).
-    async fn fan_out(self: &Arc<Self>, ctx: Context, until: Option<Instant>) -> Result<(u32, Nanos, TaskTrace), QueryError> {
+    async fn fan_out(
+        self: &Arc<Self>,
+        ctx: Context,
+        until: Option<Instant>,
+    ) -> Result<(u32, Nanos, TaskTrace), QueryError> {
         let servers = self.pick_servers(ctx.class, ctx.fanout as usize, None);
         self.fan_out_to(ctx, servers, None, until).await
     }

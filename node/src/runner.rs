@@ -54,7 +54,10 @@ fn reload(path: &Path, agent: &mut Agent) {
                 match agent.safe_mode() {
                     Ok(r) => eprintln!("tailor-node: reload: restored {} entries of the old config", r.entries),
                     Err(e) => {
-                        eprintln!("tailor-node: reload of {}: restoring the old config: {e}; keeping it", path.display());
+                        eprintln!(
+                            "tailor-node: reload of {}: restoring the old config: {e}; keeping it",
+                            path.display()
+                        );
                         return;
                     }
                 }
@@ -115,7 +118,9 @@ pub fn run(config_path: &Path, heartbeat: bool) -> Result<(), NodeError> {
             let keep = (agent.config.state_dir.clone(), agent.config.reconcile_interval_ms, agent.config.window_ms);
             reload(config_path, &mut agent);
             if (agent.config.state_dir.clone(), agent.config.reconcile_interval_ms, agent.config.window_ms) != keep {
-                eprintln!("tailor-node: reload: state_dir, reconcile_interval_ms and window_ms take effect at the next start");
+                eprintln!(
+                    "tailor-node: reload: state_dir, reconcile_interval_ms and window_ms take effect at the next start"
+                );
             }
         }
         let safe = safe_mode_flag(&state_dir).exists();

@@ -23,7 +23,10 @@ const TARGETS: usize = 12;
 fn snapshot(pids: &[u32], sb: &Sandbox) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for &pid in pids {
-        out.insert(format!("pid {pid} cgroups"), std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default());
+        out.insert(
+            format!("pid {pid} cgroups"),
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default(),
+        );
         out.insert(format!("pid {pid} cpus"), cpus_allowed(pid));
         for tid in tailor_node::procs::tids(pid) {
             let s = tailor_node::procs::sched_state(tid);
@@ -76,8 +79,7 @@ impl Node {
         let sb = Sandbox::new();
         let text = tiers(&sb, 10_000);
         let (config, _) = sb.config(&text);
-        let targets =
-            (0..TARGETS).map(|i| sleeper(Some(&sb.tier(if i % 2 == 0 { "crit" } else { "be" })))).collect();
+        let targets = (0..TARGETS).map(|i| sleeper(Some(&sb.tier(if i % 2 == 0 { "crit" } else { "be" })))).collect();
         Node { sb, config, targets }
     }
 
@@ -87,7 +89,10 @@ impl Node {
 
     fn placed(&self) -> usize {
         let sb = &self.sb;
-        self.pids().into_iter().filter(|&p| cpu_cgroup_of(p).is_some_and(|c| c.contains(&format!("/{}/", sb.name)))).count()
+        self.pids()
+            .into_iter()
+            .filter(|&p| cpu_cgroup_of(p).is_some_and(|c| c.contains(&format!("/{}/", sb.name))))
+            .count()
     }
 
     fn journal(&self) -> PathBuf {
@@ -99,9 +104,8 @@ impl Node {
     }
 
     fn agent(&self, sub: &str) -> (Proc, mpsc::Receiver<(Instant, String)>) {
-        let mut p = Proc(
-            Command::new(BIN).arg(sub).arg("--config").arg(&self.config).stderr(Stdio::piped()).spawn().unwrap(),
-        );
+        let mut p =
+            Proc(Command::new(BIN).arg(sub).arg("--config").arg(&self.config).stderr(Stdio::piped()).spawn().unwrap());
         let rx = lines(p.0.stderr.take().unwrap());
         (p, rx)
     }
@@ -132,7 +136,11 @@ fn lines(stderr: std::process::ChildStderr) -> mpsc::Receiver<(Instant, String)>
 }
 
 /// The first line satisfying `f` within `timeout`, with its arrival time.
-fn wait_line(rx: &mpsc::Receiver<(Instant, String)>, timeout: Duration, f: impl Fn(&str) -> bool) -> Option<(Instant, String)> {
+fn wait_line(
+    rx: &mpsc::Receiver<(Instant, String)>,
+    timeout: Duration,
+    f: impl Fn(&str) -> bool,
+) -> Option<(Instant, String)> {
     let end = Instant::now() + timeout;
     while let Some(left) = end.checked_duration_since(Instant::now()) {
         match rx.recv_timeout(left) {
@@ -169,7 +177,8 @@ fn kill_9_mid_reconcile_then_safe_mode_restores_every_setting() {
     // Killed at different points of the first pass: after 1, 4, 10, 20… journal entries.
     for at_lines in [1usize, 4, 10, 20, 35] {
         let (agent, _log) = node.agent("run");
-        let reached = wait_for(Duration::from_secs(10), || node.journal_lines() >= at_lines || node.placed() == TARGETS);
+        let reached =
+            wait_for(Duration::from_secs(10), || node.journal_lines() >= at_lines || node.placed() == TARGETS);
         kill(agent.pid(), libc::SIGKILL);
         drop(agent);
         assert!(reached.is_some(), "the agent never journaled {at_lines} entries");
@@ -177,7 +186,13 @@ fn kill_9_mid_reconcile_then_safe_mode_restores_every_setting() {
         let (ok, text, took) = node.safe_mode();
         assert!(ok, "safe-mode after kill -9 at {journaled} entries: {text}");
         let left = changed(&before, &snapshot(&node.pids(), &node.sb));
-        report(&format!("node agent kill -9 mid-reconcile ({journaled} entries journaled), safe-mode"), None, took, &left, lost(&node.pids()));
+        report(
+            &format!("node agent kill -9 mid-reconcile ({journaled} entries journaled), safe-mode"),
+            None,
+            took,
+            &left,
+            lost(&node.pids()),
+        );
         assert!(left.is_empty(), "left changed after kill -9 at {journaled} entries: {left:#?}");
         assert_eq!(lost(&node.pids()), 0);
     }
@@ -191,18 +206,21 @@ fn supervised_agent_killed_mid_reconcile_is_restored_and_restarted() {
     let node = Node::new();
     let before = snapshot(&node.pids(), &node.sb);
     let (supervisor, log) = node.agent("supervise");
-    let agent_pid = || -> Option<u32> {
-        std::fs::read_to_string(node.sb.state_dir().join("agent.pid")).ok()?.trim().parse().ok()
-    };
+    let agent_pid =
+        || -> Option<u32> { std::fs::read_to_string(node.sb.state_dir().join("agent.pid")).ok()?.trim().parse().ok() };
     // Mid-reconcile: the first pass has journaled a few entries and not placed everyone.
     assert!(wait_for(Duration::from_secs(10), || node.journal_lines() >= 3 && agent_pid().is_some()).is_some());
     let first = agent_pid().unwrap();
     let killed = Instant::now();
     kill(first, libc::SIGKILL);
-    let detected = wait_line(&log, Duration::from_secs(10), |l| l.contains(&format!("agent pid {first}")) && l.ends_with("restoring"))
-        .expect("the supervisor reports the failure");
-    let restored = wait_line(&log, Duration::from_secs(10), |l| l.contains(&format!("agent pid {first}")) && l.contains("restored"))
-        .expect("the supervisor restores");
+    let detected = wait_line(&log, Duration::from_secs(10), |l| {
+        l.contains(&format!("agent pid {first}")) && l.ends_with("restoring")
+    })
+    .expect("the supervisor reports the failure");
+    let restored = wait_line(&log, Duration::from_secs(10), |l| {
+        l.contains(&format!("agent pid {first}")) && l.contains("restored")
+    })
+    .expect("the supervisor restores");
     wait_for(Duration::from_secs(10), || agent_pid().is_some_and(|p| p != first) && node.placed() == TARGETS)
         .expect("the supervisor restarts the agent and it places every target again");
     println!("  re-applied {:.0} ms after the kill", killed.elapsed().as_secs_f64() * 1e3);
@@ -251,7 +269,8 @@ fn a_corrupt_journal_is_not_applied_blindly_and_a_truncated_one_is_swept() {
     assert!(left.is_empty(), "what could be restored was: {left:#?}");
     // While the damaged journal is kept aside, an agent does not enforce: it says why.
     let (agent, log) = node.agent("run");
-    let refused = wait_line(&log, Duration::from_secs(10), |l| l.contains("journal.jsonl.corrupt") && l.contains("delete"));
+    let refused =
+        wait_line(&log, Duration::from_secs(10), |l| l.contains("journal.jsonl.corrupt") && l.contains("delete"));
     assert!(refused.is_some(), "the agent names the kept journal and the fix");
     assert_eq!(node.placed(), 0, "no enforcement over an unchecked node");
     kill(agent.pid(), libc::SIGTERM);
@@ -280,7 +299,7 @@ impl Mount {
     fn tmpfs(dir: &Path, size: &str, ro: bool) -> Option<Mount> {
         std::fs::create_dir_all(dir).unwrap();
         let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}{}", if ro { ",ro" } else { "" }), "tailor-test", ])
+            .args(["-t", "tmpfs", "-o", &format!("size={size}{}", if ro { ",ro" } else { "" }), "tailor-test"])
             .arg(dir)
             .status()
             .ok()?;
@@ -342,7 +361,8 @@ fn a_full_or_read_only_state_dir_stops_every_change_it_cannot_journal() {
     // Read-only: nothing can be journaled, so nothing is changed; the error names the fix.
     let Some(_ro) = Mount::tmpfs(&node.sb.state_dir(), "64k", true) else { return };
     let (mut agent, log) = node.agent("run");
-    let refused = wait_line(&log, Duration::from_secs(10), |l| l.contains("Read-only file system") && l.contains("writable"));
+    let refused =
+        wait_line(&log, Duration::from_secs(10), |l| l.contains("Read-only file system") && l.contains("writable"));
     assert!(refused.is_some(), "the agent names the state dir and the fix");
     assert!(wait_for(Duration::from_secs(10), || matches!(agent.0.try_wait(), Ok(Some(_)))).is_some(), "it exits");
     let left = changed(&before, &snapshot(&node.pids(), &node.sb));
@@ -369,8 +389,10 @@ fn a_cgroup_removed_by_someone_else_is_recreated_and_refilled() {
         }
         assert!(wait_for(Duration::from_secs(5), || std::fs::remove_dir(&dir).is_ok() || !dir.exists()).is_some());
     }
-    let seen = wait_line(&log, Duration::from_secs(10), |l| l.contains("removed by someone else") && l.contains(&node.sb.tier("be")))
-        .expect("the agent reports the removal");
+    let seen = wait_line(&log, Duration::from_secs(10), |l| {
+        l.contains("removed by someone else") && l.contains(&node.sb.tier("be"))
+    })
+    .expect("the agent reports the removal");
     let refilled = wait_for(Duration::from_secs(10), || node.placed() == TARGETS).expect("every target placed again");
     let mut agent = agent;
     assert!(matches!(agent.0.try_wait(), Ok(None)), "the agent is still running");
@@ -382,8 +404,17 @@ fn a_cgroup_removed_by_someone_else_is_recreated_and_refilled() {
     assert!(wait_for(Duration::from_secs(10), || matches!(agent.0.try_wait(), Ok(Some(_)))).is_some());
     let restore = stop.elapsed();
     let left = changed(&before, &snapshot(&node.pids(), &node.sb));
-    println!("  re-created and refilled {:.0} ms after the removal", (removed.elapsed() - stop.elapsed()).as_secs_f64() * 1e3);
-    report("node agent's cgroup removed by someone else", Some(seen.0.duration_since(removed)), restore, &left, lost(&node.pids()));
+    println!(
+        "  re-created and refilled {:.0} ms after the removal",
+        (removed.elapsed() - stop.elapsed()).as_secs_f64() * 1e3
+    );
+    report(
+        "node agent's cgroup removed by someone else",
+        Some(seen.0.duration_since(removed)),
+        restore,
+        &left,
+        lost(&node.pids()),
+    );
     assert!(refilled < Duration::from_secs(10));
     assert!(left.is_empty(), "{left:#?}");
     assert_eq!(lost(&node.pids()), 0);
@@ -403,9 +434,12 @@ fn sighup_with_a_broken_config_keeps_the_running_one_and_a_good_one_applies() {
     let agent_pid = || std::fs::read_to_string(node.sb.state_dir().join("agent.pid")).unwrap_or_default();
     let first = agent_pid();
     let cpu = Capabilities::probe().hierarchy(tailor_node::probe::Role::V1Cpu).cloned();
-    let shares = || cpu.as_ref().map(|h| {
-        std::fs::read_to_string(node.sb.cgroup(&h.root, &node.sb.tier("crit")).join("cpu.shares")).unwrap_or_default()
-    });
+    let shares = || {
+        cpu.as_ref().map(|h| {
+            std::fs::read_to_string(node.sb.cgroup(&h.root, &node.sb.tier("crit")).join("cpu.shares"))
+                .unwrap_or_default()
+        })
+    };
     let shares_before = shares();
     let path = node.config.display().to_string();
     for (broken, field) in [
@@ -418,7 +452,13 @@ fn sighup_with_a_broken_config_keeps_the_running_one_and_a_good_one_applies() {
         let (at, line) = wait_line(&log, Duration::from_secs(10), |l| l.contains("reload of"))
             .unwrap_or_else(|| panic!("no reload error for {field}"));
         assert!(line.contains(&path) && line.contains(field) && line.contains("stays in force"), "{line}");
-        report(&format!("node config reload with an error ({field})"), Some(at.duration_since(sent)), Duration::ZERO, &[], 0);
+        report(
+            &format!("node config reload with an error ({field})"),
+            Some(at.duration_since(sent)),
+            Duration::ZERO,
+            &[],
+            0,
+        );
         assert_eq!(node.placed(), TARGETS, "still enforcing");
         assert_eq!(shares(), shares_before);
         assert_eq!(agent_pid(), first, "the agent kept running");

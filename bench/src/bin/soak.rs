@@ -18,6 +18,7 @@ use std::time::Duration;
 use tailor_bench::soak::{self, ChainSoak, FanoutSoak, SoakReport, SoakTiming};
 use tailor_bench::tier::{self, TierConfig};
 use tailor_bench::workload::Workload;
+use tailor_fanout::flags;
 use tailor_runtime::kernel::{self, AgentConfig, Enforce};
 
 const USAGE: &str = "usage: soak chain|fanout [--minutes M] [--window-s S] [--sample-s S] [--seed N] \
@@ -42,21 +43,6 @@ fn main() {
 
 const CHAIN_FLAGS: &[&str] = &["minutes", "window-s", "sample-s", "seed", "rho", "tiers", "mean-ms", "workload", "out"];
 const FANOUT_FLAGS: &[&str] = &["minutes", "window-s", "sample-s", "seed", "config", "scheme", "load"];
-
-/// `--name value` pairs; an unknown flag or one without a value is an error naming it.
-fn flags(args: &[String], known: &[&str]) -> Result<HashMap<String, String>, String> {
-    let mut out = HashMap::new();
-    for pair in args.chunks(2) {
-        let name =
-            pair[0].strip_prefix("--").ok_or_else(|| format!("`{}`: expected a flag `--name value`", pair[0]))?;
-        if !known.contains(&name) {
-            return Err(format!("unknown flag --{name}; known: --{}", known.join(", --")));
-        }
-        let value = pair.get(1).ok_or_else(|| format!("--{name} needs a value"))?;
-        out.insert(name.to_string(), value.clone());
-    }
-    Ok(out)
-}
 
 fn get<T: std::str::FromStr>(f: &HashMap<String, String>, name: &str, default: T) -> Result<T, String> {
     match f.get(name) {
@@ -95,7 +81,8 @@ fn finish(report: &SoakReport) -> Result<(), String> {
 
 fn chain(f: &HashMap<String, String>) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary to start the tiers: {e}"))?;
-    let workload: Workload = get::<String>(f, "workload", "exp".into())?.parse().map_err(|e| format!("--workload: {e}"))?;
+    let workload: Workload =
+        get::<String>(f, "workload", "exp".into())?.parse().map_err(|e| format!("--workload: {e}"))?;
     let s = ChainSoak {
         exe,
         tier_args: vec!["tier".into()],
@@ -146,8 +133,12 @@ fn run_tier(f: &HashMap<String, String>) -> Result<(), String> {
 
 /// The kernel backend's node agent (the demo's `tailor agent`), until SIGTERM.
 fn run_agent(f: &HashMap<String, String>) -> Result<(), String> {
-    let policy = kernel::policy_from_args(&get::<String>(f, "policy", "orf".into())?, get(f, "c", 2)?, get(f, "slice-us", 500.0)?)
-        .map_err(|e| e.to_string())?;
+    let policy = kernel::policy_from_args(
+        &get::<String>(f, "policy", "orf".into())?,
+        get(f, "c", 2)?,
+        get(f, "slice-us", 500.0)?,
+    )
+    .map_err(|e| e.to_string())?;
     let cfg = AgentConfig {
         table: PathBuf::from(f.get("table").ok_or("--table is required")?),
         policy,

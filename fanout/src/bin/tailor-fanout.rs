@@ -25,8 +25,8 @@ use tailor_core::dist::Scaled;
 use tailor_core::policy::PolicySpec;
 use tailor_core::tailguard::SloClass;
 use tailor_core::time::from_millis_f64;
-use tailor_fanout::demo;
 use tailor_fanout::handler::{AdmissionConfig, HandlerConfig, Queuing, Scheme};
+use tailor_fanout::{demo, flags};
 use tailor_fanout::{service, Handler, PreciseTimer, TaskServer, TaskServerConfig};
 
 fn main() {
@@ -64,23 +64,6 @@ const HANDLER_FLAGS: &[&str] = &[
     "reject-late",
     "query-timeout-slos",
 ];
-
-/// `--name value` pairs (a later one overrides an earlier one). A misspelt or unknown
-/// flag, or one without its value, is an error naming it: silently ignoring it would run
-/// the process without the setting the caller asked for.
-fn flags(args: &[String], known: &[&str]) -> Result<HashMap<String, String>, String> {
-    let mut out = HashMap::new();
-    for pair in args.chunks(2) {
-        let name =
-            pair[0].strip_prefix("--").ok_or_else(|| format!("`{}`: expected a flag `--name value`", pair[0]))?;
-        if !known.contains(&name) {
-            return Err(format!("unknown flag --{name}; known: --{}", known.join(", --")));
-        }
-        let value = pair.get(1).ok_or_else(|| format!("--{name} needs a value"))?;
-        out.insert(name.to_string(), value.clone());
-    }
-    Ok(out)
-}
 
 fn get<T: std::str::FromStr>(f: &HashMap<String, String>, name: &str, default: Option<T>) -> Result<T, String> {
     match f.get(name) {

@@ -98,4 +98,3 @@ pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 pub fn wall_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
 }
-
