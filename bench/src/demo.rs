@@ -285,7 +285,7 @@ fn point_seed(seed: u64, wi: usize, li: usize) -> u64 {
 }
 
 /// Starts the node agent for a kernel mode; returns it once its table exists.
-fn start_agent(cfg: &DemoConfig, mode: Mode, table: &Path, log: &Path) -> Result<Child, String> {
+pub(crate) fn start_agent(cfg: &DemoConfig, mode: Mode, table: &Path, log: &Path) -> Result<Child, String> {
     let policy = if mode == Mode::Rr { "rr" } else { "orf" };
     let stderr = std::fs::File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
     let _ = std::fs::remove_file(table);
@@ -344,7 +344,7 @@ fn start_agent(cfg: &DemoConfig, mode: Mode, table: &Path, log: &Path) -> Result
 }
 
 /// Stops the agent: SIGTERM by pid (it restores every thread and exits), SIGKILL after 3 s.
-fn stop_agent(mut agent: Child) {
+pub(crate) fn stop_agent(mut agent: Child) {
     // SAFETY: kill(2) on the pid of a child we started and have not reaped yet.
     unsafe { libc::kill(agent.id() as libc::pid_t, libc::SIGTERM) };
     stop_child(&mut agent, Instant::now() + Duration::from_secs(3));
@@ -382,33 +382,7 @@ pub fn run(cfg: &DemoConfig, mut say: impl FnMut(&str)) -> Result<DemoReport, De
         "load generator: {gen_max:.0} req/s completed of {gen_offered:.0} offered against a null server (p99 send lag {gen_lag:.0} µs); the demo's rates are below {top_rate:.0} req/s"
     ));
 
-    // The chain's own cost with zero demand at a low rate: the CPU each
-    // request costs beyond its demand (HTTP on every hop, thread hand-offs,
-    // the generator), and the latency per hop that is not that CPU.
-    let calibration = {
-        let chain = Chain::start(&chain_spec(cfg, BackendSpec::None, "calibration"))?;
-        let zero_demand = |n: usize| Plan {
-            intended_ns: (0..n).map(|i| i as Nanos * 4_000_000).collect(),
-            demands_us: vec![vec![0; cfg.tiers]; n],
-        };
-        // A warm-up first, not measured: the first requests of a fresh chain pay for
-        // connections, pool threads and page faults (one 400-request calibration read
-        // 950 µs per request where a warm one reads ~425).
-        loadgen::run(&zero_demand(100), &loadgen_config(cfg, &chain))?;
-        let n = 400;
-        let plan = zero_demand(n);
-        let before = cpuacct::snapshot(&chain.pids());
-        let records = loadgen::run(&plan, &loadgen_config(cfg, &chain))?;
-        let cpu = cpuacct::usage(&before, &cpuacct::snapshot(&chain.pids()), n);
-        drop(chain);
-        let s = summarize(&records, 20, cfg.tiers as u32, cfg.cores);
-        let hops = (cfg.tiers + 1) as f64;
-        Calibration {
-            overhead_us: cpu.cpu_per_request_us,
-            hop_us: ((s.latency_ms.p50 * 1e3 - cpu.cpu_per_request_us) / hops).max(0.0),
-            p50_us: s.latency_ms.p50 * 1e3,
-        }
-    };
+    let calibration = calibrate(cfg)?;
     say(&format!(
         "unloaded chain with zero demand: p50 {:.0} µs end to end; {:.0} µs of CPU per request (all processes); {:.0} µs per hop of latency beyond that ({} hops)",
         calibration.p50_us,
@@ -480,6 +454,34 @@ pub fn run(cfg: &DemoConfig, mut say: impl FnMut(&str)) -> Result<DemoReport, De
     Ok(report)
 }
 
+/// The chain's own cost with zero demand at a low rate: the CPU each request costs beyond its
+/// demand (HTTP on every hop, thread hand-offs, the generator), and the latency per hop that is
+/// not that CPU.
+pub(crate) fn calibrate(cfg: &DemoConfig) -> Result<Calibration, DemoError> {
+    let chain = Chain::start(&chain_spec(cfg, BackendSpec::None, "calibration"))?;
+    let zero_demand = |n: usize| Plan {
+        intended_ns: (0..n).map(|i| i as Nanos * 4_000_000).collect(),
+        demands_us: vec![vec![0; cfg.tiers]; n],
+    };
+    // A warm-up first, not measured: the first requests of a fresh chain pay for
+    // connections, pool threads and page faults (one 400-request calibration read
+    // 950 µs per request where a warm one reads ~425).
+    loadgen::run(&zero_demand(100), &loadgen_config(cfg, &chain))?;
+    let n = 400;
+    let plan = zero_demand(n);
+    let before = cpuacct::snapshot(&chain.pids());
+    let records = loadgen::run(&plan, &loadgen_config(cfg, &chain))?;
+    let cpu = cpuacct::usage(&before, &cpuacct::snapshot(&chain.pids()), n);
+    drop(chain);
+    let s = summarize(&records, 20, cfg.tiers as u32, cfg.cores);
+    let hops = (cfg.tiers + 1) as f64;
+    Ok(Calibration {
+        overhead_us: cpu.cpu_per_request_us,
+        hop_us: ((s.latency_ms.p50 * 1e3 - cpu.cpu_per_request_us) / hops).max(0.0),
+        p50_us: s.latency_ms.p50 * 1e3,
+    })
+}
+
 enum RunModeError {
     /// The mode cannot run here (no agent, backend refused): skip it, say why.
     Skip(String),
@@ -522,7 +524,7 @@ fn run_mode(
     result
 }
 
-fn chain_spec(cfg: &DemoConfig, backend: BackendSpec, prefix: &str) -> ChainSpec {
+pub(crate) fn chain_spec(cfg: &DemoConfig, backend: BackendSpec, prefix: &str) -> ChainSpec {
     ChainSpec {
         exe: cfg.exe.clone(),
         tier_args: cfg.tier_args.clone(),
@@ -533,7 +535,7 @@ fn chain_spec(cfg: &DemoConfig, backend: BackendSpec, prefix: &str) -> ChainSpec
     }
 }
 
-fn loadgen_config(cfg: &DemoConfig, chain: &Chain) -> LoadgenConfig {
+pub(crate) fn loadgen_config(cfg: &DemoConfig, chain: &Chain) -> LoadgenConfig {
     LoadgenConfig {
         uri: chain.entry.clone(),
         timeout: cfg.timeout,

@@ -80,7 +80,7 @@ pub fn main(args: NodeArgs) -> Result<(), String> {
         tailor_node::ladder::probe::helper_main(name, &h.args).unwrap_or_else(|| Err(format!("no helper {name}")))
     };
     match args.command {
-        NodeCommand::Run { config, heartbeat } => runner::run(load(&config)?, heartbeat).map_err(|e| e.to_string()),
+        NodeCommand::Run { config, heartbeat } => runner::run(&config, heartbeat).map_err(|e| e.to_string()),
         NodeCommand::Supervise { config } => runner::supervise(&config, self_command()?).map_err(|e| e.to_string()),
         NodeCommand::SafeMode { config, off } => {
             println!("{}", runner::safe_mode(&load(&config)?, off).map_err(|e| e.to_string())?);

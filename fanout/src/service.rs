@@ -91,6 +91,7 @@ fn admin(handler: &Arc<Handler>, latency: &Histogram) -> AdminServer {
         move || field(&h.stats).load(Ordering::Relaxed)
     };
     let (rejected, ratio, cdfs, compute) = (handler.clone(), handler.clone(), handler.clone(), handler.clone());
+    let (in_flight, central, queued) = (handler.clone(), handler.clone(), handler.clone());
     let servers = handler.server_count() as f64;
     let scraped = Scraped::new()
         .counter("tailor_fanout_queries_admitted", "Queries admitted (their tasks were sent).", counter(|s| &s.admitted))
@@ -141,6 +142,22 @@ fn admin(handler: &Arc<Handler>, latency: &Histogram) -> AdminServer {
             "tailor_fanout_plan_cold_misses",
             "Requests that computed their own plan (a request shape seen for the first time).",
             counter(|s| &s.plan_cold_misses),
+        )
+        .counter(
+            "tailor_fanout_query_timeouts",
+            "Queries ended by query_timeout_slos with a server that never answered (HTTP 504).",
+            counter(|s| &s.timeouts),
+        )
+        .gauge("tailor_fanout_tasks_in_flight", "Tasks sent and not yet returned, all servers.", move || {
+            in_flight.in_flight_tasks() as f64
+        })
+        .gauge("tailor_fanout_central_waiting", "Tasks waiting in the handler's central queues.", move || {
+            central.central_waiting() as f64
+        })
+        .gauge(
+            "tailor_fanout_admission_queued",
+            "Tasks announced to admission control and not yet dequeued or expired.",
+            move || queued.admission_queued() as f64,
         );
     metrics::admin(
         scraped,
@@ -202,6 +219,7 @@ async fn handle(
         Err(e @ (QueryError::NoSuchClass { .. } | QueryError::BadFanout { .. })) => {
             Ok(text(StatusCode::BAD_REQUEST, format!("{e}\n")))
         }
+        Err(e @ QueryError::Timeout { .. }) => Ok(text(StatusCode::GATEWAY_TIMEOUT, format!("{e}\n"))),
         Err(e) => Ok(text(StatusCode::BAD_GATEWAY, format!("{e}\n"))),
     }
 }

@@ -58,6 +58,8 @@ pub struct Stats {
     pub pod_cgroups: usize,
     /// Matched processes left where they are because the kubelet owns their cgroup.
     pub kubelet_owned_not_moved: u64,
+    /// Cgroups the agent made that someone else removed, re-created.
+    pub dirs_recreated: u64,
     pub errors: u64,
     /// Members per tier at the last reconcile.
     pub members: Vec<usize>,
@@ -329,8 +331,10 @@ impl Agent {
         if self.journal.is_some() {
             return Ok(None);
         }
-        let leftover =
-            if Journal::path_in(self.state_dir()).exists() { Some(journal::restore(self.state_dir())?) } else { None };
+        let leftover = if Journal::path_in(self.state_dir()).exists() { Some(self.restore_node()?) } else { None };
+        for p in leftover.iter().flat_map(RestoreReport::problems) {
+            tracing::warn!("restore: {p}");
+        }
         self.journal = Some(Journal::open(self.state_dir())?);
         self.cache.clear();
         self.reconcile()?;
@@ -341,7 +345,13 @@ impl Agent {
     pub fn safe_mode(&mut self) -> Result<RestoreReport, NodeError> {
         self.journal = None;
         self.cache.clear();
-        journal::restore(self.state_dir())
+        self.restore_node()
+    }
+
+    /// The journal's undo, then a sweep of this agent's own cgroups for what it missed.
+    fn restore_node(&self) -> Result<RestoreReport, NodeError> {
+        let roots: Vec<PathBuf> = self.caps.hierarchies.iter().map(|h| h.root.clone()).collect();
+        journal::restore_and_sweep(self.state_dir(), &self.config.cgroup_name, &roots)
     }
 
     /// One reconcile pass: plan (creating and repairing settings), then processes.
@@ -388,7 +398,7 @@ impl Agent {
                 for (pid, _) in members {
                     if let Err(e) = self.set_thread_policies(pid, tier) {
                         self.stats.errors += 1;
-                        eprintln!("tailor-node: tier {:?}: pid {pid}: {e}", self.tiers[tier].name);
+                        tracing::warn!("tier {:?}: pid {pid}: {e}", self.tiers[tier].name);
                     }
                 }
             }
@@ -403,12 +413,20 @@ impl Agent {
             match step {
                 Step::CreateDir { path, fallback_dir, rt_band_priority } => {
                     if !path.exists() {
-                        journal.record(Entry::CreatedDir {
+                        let entry = Entry::CreatedDir {
                             path: path.clone(),
                             fallback_dir: fallback_dir.clone(),
                             rt_band_priority: *rt_band_priority,
-                        })?;
+                        };
+                        let again = journal.has(&entry);
+                        journal.record(entry)?;
                         cgfs::create_dir(path).map_err(|e| NodeError::io(path, e))?;
+                        if again {
+                            // Someone removed a cgroup we made (its members went with it to the
+                            // parent): made again here, refilled below and by the placement pass.
+                            self.stats.dirs_recreated += 1;
+                            tracing::warn!("{} was removed by someone else; re-created", path.display());
+                        }
                     }
                 }
                 Step::Write { path, value } => {

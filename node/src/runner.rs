@@ -22,16 +22,56 @@ use tailor_telemetry::prometheus_client::registry::Registry;
 use tailor_telemetry::{AdminHandle, AdminServer, Readiness};
 
 static STOP: AtomicBool = AtomicBool::new(false);
+/// SIGHUP: reload the config (the agent) or pass the signal on to the agent (the supervisor).
+static RELOAD: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
+extern "C" fn on_hangup(_: libc::c_int) {
+    RELOAD.store(true, Ordering::SeqCst);
+}
+
 fn install_signal_handlers() {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    // SAFETY: the handlers only store to atomics, which is async-signal-safe. SIGHUP's default
+    // action would end the process without restoring anything.
     unsafe {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, on_hangup as *const () as libc::sighandler_t);
+    }
+}
+
+/// The agent's config and everything built from it, swapped whole on a reload.
+fn build(config: NodeConfig) -> Result<Agent, NodeError> {
+    Agent::new(config, Capabilities::probe())
+}
+
+/// SIGHUP: the file is read and checked again; on any error the running config stays in force
+/// (the error names the file, and the line and field where it can). A good one replaces it:
+/// the old tiers are restored, the new ones apply at the next pass.
+fn reload(path: &Path, agent: &mut Agent) {
+    let fresh = NodeConfig::load(path).and_then(build);
+    match fresh {
+        Err(e) => tracing::error!("reload of {}: {e}; the running config stays in force", path.display()),
+        Ok(new) => {
+            if agent.enforcing() {
+                match agent.safe_mode() {
+                    Ok(r) => tracing::info!("reload: restored {} entries of the old config", r.entries),
+                    Err(e) => {
+                        tracing::warn!(
+                            "reload of {}: restoring the old config: {e}; keeping it",
+                            path.display()
+                        );
+                        return;
+                    }
+                }
+            }
+            *agent = new;
+            tracing::info!("reloaded {}", path.display());
+            tracing::info!("{}", agent.describe().trim_end());
+        }
     }
 }
 
@@ -49,17 +89,21 @@ fn pid_alive(pid: u32) -> bool {
     unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
 }
 
-/// Runs the agent until SIGTERM/SIGINT, then restores everything. With `heartbeat`, prints one
-/// line per reconcile on stdout for the supervisor.
-pub fn run(config: NodeConfig, heartbeat: bool) -> Result<(), NodeError> {
+/// Runs the agent on the config at `config_path` until SIGTERM/SIGINT, then restores
+/// everything; SIGHUP reloads the file. With `heartbeat`, prints one line per reconcile on
+/// stdout for the supervisor.
+pub fn run(config_path: &Path, heartbeat: bool) -> Result<(), NodeError> {
     install_signal_handlers();
+    let config = NodeConfig::load(config_path)?;
     let state_dir = config.state_dir.clone();
     std::fs::create_dir_all(&state_dir).map_err(|e| NodeError::io(&state_dir, e))?;
+    // The state dir and the reconcile loop's timing are fixed for the process (a reload that
+    // changes them takes a restart).
     let interval = Duration::from_millis(config.reconcile_interval_ms);
     let window_len = Duration::from_millis(config.window_ms);
     let gat_domain = config.gat_domain.clone();
     let metrics_addr = config.metrics_addr;
-    let mut agent = Agent::new(config, Capabilities::probe())?;
+    let mut agent = build(config)?;
     tracing::info!("{}", agent.describe().trim_end());
     let metrics = NodeMetrics::new();
     let scheduler_stats = tailor_runtime::kernel::AgentStats::new();
@@ -69,13 +113,29 @@ pub fn run(config: NodeConfig, heartbeat: bool) -> Result<(), NodeError> {
     };
     let scheduler = gat_domain.map(|g| GatScheduler::start(g, scheduler_stats.clone()));
     let pid_file = agent_pid_file(&state_dir);
-    std::fs::write(&pid_file, std::process::id().to_string()).map_err(|e| NodeError::io(&pid_file, e))?;
+    std::fs::write(&pid_file, std::process::id().to_string()).map_err(|e| {
+        NodeError::Journal(format!(
+            "{}: {e}: the state directory does not take writes; the agent journals every change there before \
+             making it, so it will not start. Make {} writable (and not full)",
+            pid_file.display(),
+            state_dir.display()
+        ))
+    })?;
     let windows_path = state_dir.join("windows.jsonl");
     let mut window: Option<Window> = None;
     let mut last_error = String::new();
     let stdout = std::io::stdout();
     while !STOP.load(Ordering::SeqCst) {
         let tick_start = Instant::now();
+        if RELOAD.swap(false, Ordering::SeqCst) {
+            let keep = (agent.config.state_dir.clone(), agent.config.reconcile_interval_ms, agent.config.window_ms);
+            reload(config_path, &mut agent);
+            if (agent.config.state_dir.clone(), agent.config.reconcile_interval_ms, agent.config.window_ms) != keep {
+                tracing::warn!(
+                    "reload: state_dir, reconcile_interval_ms and window_ms take effect at the next start"
+                );
+            }
+        }
         let safe = safe_mode_flag(&state_dir).exists();
         let result = if safe && agent.enforcing() {
             agent.safe_mode().map(|r| tracing::warn!("safe mode: restored {} journal entries", r.entries))
@@ -127,8 +187,8 @@ pub fn run(config: NodeConfig, heartbeat: bool) -> Result<(), NodeError> {
     drop(scheduler);
     let report = agent.safe_mode()?;
     tracing::info!("stopping: restored {} journal entries ({} errors)", report.entries, report.errors.len());
-    for e in &report.errors {
-        tracing::error!("restore: {e}");
+    for p in report.problems() {
+        tracing::error!("restore: {p}");
     }
     let _ = std::fs::remove_file(&pid_file);
     Ok(())
@@ -228,7 +288,6 @@ pub struct AgentCommand {
 pub fn supervise(config_path: &Path, agent: AgentCommand) -> Result<(), NodeError> {
     install_signal_handlers();
     let config = NodeConfig::load(config_path)?;
-    let state_dir = config.state_dir.clone();
     let timeout = Duration::from_millis(config.heartbeat_timeout_ms.max(config.reconcile_interval_ms * 3));
     let mut failures: Vec<Instant> = Vec::new();
     let mut failed_at: Option<Instant> = None;
@@ -260,6 +319,10 @@ pub fn supervise(config_path: &Path, agent: AgentCommand) -> Result<(), NodeErro
             if STOP.load(Ordering::SeqCst) {
                 break None;
             }
+            if RELOAD.swap(false, Ordering::SeqCst) {
+                // SAFETY: a signal to our own child, by pid: it re-reads the config.
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGHUP) };
+            }
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(line) => {
                     last_beat = Instant::now();
@@ -283,14 +346,18 @@ pub fn supervise(config_path: &Path, agent: AgentCommand) -> Result<(), NodeErro
             break;
         };
         let detected = Instant::now();
+        tracing::warn!("supervise: agent pid {pid} {cause}: restoring");
         let _ = child.kill();
         let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-        let report = journal::restore(&state_dir)?;
+        let report = restore_node(&config)?;
         tracing::warn!(
             "supervise: agent pid {pid} {cause} ({status}); restored {} journal entries in {:.1} ms",
             report.entries,
             detected.elapsed().as_secs_f64() * 1e3
         );
+        for p in report.problems() {
+            tracing::error!("supervise: restore: {p}");
+        }
         failed_at = Some(detected);
         failures.retain(|t| t.elapsed() < Duration::from_secs(30));
         failures.push(detected);
@@ -300,9 +367,18 @@ pub fn supervise(config_path: &Path, agent: AgentCommand) -> Result<(), NodeErro
             std::thread::sleep(Duration::from_secs(5));
         }
     }
-    let report = journal::restore(&state_dir)?;
+    let report = restore_node(&config)?;
     tracing::info!("supervise: stopped; {} leftover journal entries restored", report.entries);
+    for p in report.problems() {
+        tracing::error!("supervise: restore: {p}");
+    }
     Ok(())
+}
+
+/// The journal's undo and a sweep of the config's own cgroups, without an agent.
+fn restore_node(config: &NodeConfig) -> Result<journal::RestoreReport, NodeError> {
+    let roots: Vec<PathBuf> = Capabilities::probe().hierarchies.iter().map(|h| h.root.clone()).collect();
+    journal::restore_and_sweep(&config.state_dir, &config.cgroup_name, &roots)
 }
 
 fn stop_child(child: &mut Child) {
@@ -347,10 +423,16 @@ pub fn safe_mode(config: &NodeConfig, off: bool) -> Result<String, NodeError> {
             "agent pid {pid} did not restore within 5 s; stop it (kill {pid}) and rerun safe-mode"
         )));
     }
-    let report = journal::restore(dir)?;
+    let report = restore_node(config)?;
     let mut msg = format!("safe mode on: no agent running; restored {} journal entries", report.entries);
-    for e in report.errors {
-        msg.push_str(&format!("\n  could not undo: {e}"));
+    if report.swept > 0 {
+        msg.push_str(&format!("; {} leftovers swept from the agent's own cgroups", report.swept));
+    }
+    for p in report.problems() {
+        msg.push_str(&format!("\n  {p}"));
+    }
+    if !report.corrupt.is_empty() {
+        return Err(NodeError::Journal(msg));
     }
     Ok(msg)
 }

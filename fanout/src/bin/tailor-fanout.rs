@@ -27,8 +27,8 @@ use tailor_core::dist::Scaled;
 use tailor_core::policy::PolicySpec;
 use tailor_core::tailguard::SloClass;
 use tailor_core::time::from_millis_f64;
-use tailor_fanout::demo;
 use tailor_fanout::handler::{AdmissionConfig, HandlerConfig, Queuing, Scheme};
+use tailor_fanout::{demo, flags};
 use tailor_fanout::{service, Handler, PreciseTimer, TaskServer, TaskServerConfig};
 use tailor_telemetry::LogFormat;
 
@@ -72,24 +72,8 @@ const HANDLER_FLAGS: &[&str] = &[
     "proportional",
     "per-server-admission",
     "reject-late",
+    "query-timeout-slos",
 ];
-
-/// `--name value` pairs (a later one overrides an earlier one). A misspelt or unknown
-/// flag, or one without its value, is an error naming it: silently ignoring it would run
-/// the process without the setting the caller asked for.
-fn flags(args: &[String], known: &[&str]) -> Result<HashMap<String, String>, String> {
-    let mut out = HashMap::new();
-    for pair in args.chunks(2) {
-        let name =
-            pair[0].strip_prefix("--").ok_or_else(|| format!("`{}`: expected a flag `--name value`", pair[0]))?;
-        if !known.contains(&name) {
-            return Err(format!("unknown flag --{name}; known: --{}", known.join(", --")));
-        }
-        let value = pair.get(1).ok_or_else(|| format!("--{name} needs a value"))?;
-        out.insert(name.to_string(), value.clone());
-    }
-    Ok(out)
-}
 
 fn get<T: std::str::FromStr>(f: &HashMap<String, String>, name: &str, default: Option<T>) -> Result<T, String> {
     match f.get(name) {
@@ -197,6 +181,7 @@ fn handler(f: &HashMap<String, String>) -> Result<(), String> {
         refresh: Duration::from_millis(250),
         min_samples,
         seed: 1,
+        query_timeout_slos: Some(get(f, "query-timeout-slos", Some(20.0))?),
     };
     let rt = runtime()?;
     rt.block_on(async {

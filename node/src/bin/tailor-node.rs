@@ -36,9 +36,8 @@ fn main() {
     };
     let load = || -> Result<NodeConfig, String> { NodeConfig::load(&config_path()?).map_err(|e| e.to_string()) };
     let result = match sub.as_str() {
-        "run" => {
-            load().and_then(|c| runner::run(c, rest.iter().any(|a| a == "--heartbeat")).map_err(|e| e.to_string()))
-        }
+        "run" => config_path()
+            .and_then(|p| runner::run(&p, rest.iter().any(|a| a == "--heartbeat")).map_err(|e| e.to_string())),
         "supervise" => config_path().and_then(|p| {
             let program = std::env::current_exe().map_err(|e| e.to_string())?;
             runner::supervise(&p, AgentCommand { program, prefix: Vec::new() }).map_err(|e| e.to_string())
