@@ -179,7 +179,9 @@ fn admission_control_is_not_wedged_by_lost_servers() {
         let pair = format!("{},{}", healthy.addrs[0], healthy.addrs[1]);
         let burst: Vec<_> = (0..30).map(|_| std::thread::spawn(move || query(h, 2).0.status)).collect();
         let burst: Vec<u16> = burst.into_iter().map(|b| b.join().unwrap()).collect();
-        assert!(burst.iter().all(|&s| s == 200 || s == 502 || s == 503), "{queuing}: {burst:?}");
+        // 502: a task went to the dead server; 504: the query outlived its timeout behind the
+        // burst; 503: admission. Each is a clear status, and none may hang.
+        assert!(burst.iter().all(|&s| matches!(s, 200 | 502 | 503 | 504)), "{queuing}: {burst:?}");
         wait_until("admission to reject after the burst", || query(h, 2).0.status == 503);
         wait_until("admission to recover after the burst", || query(h, 1).0.status == 200);
         let deadline = Instant::now() + Duration::from_secs(20);
