@@ -214,7 +214,7 @@ fn supervised_agent_killed_mid_reconcile_is_restored_and_restarted() {
     let killed = Instant::now();
     kill(first, libc::SIGKILL);
     let detected = wait_line(&log, Duration::from_secs(10), |l| {
-        l.contains(&format!("agent pid {first}")) && l.ends_with("restoring")
+        l.contains(&format!("agent pid {first}")) && l.contains("restoring")
     })
     .expect("the supervisor reports the failure");
     let restored = wait_line(&log, Duration::from_secs(10), |l| {
@@ -332,7 +332,7 @@ fn a_full_or_read_only_state_dir_stops_every_change_it_cannot_journal() {
     assert!(full.1.contains("nothing more is changed"), "{}", full.1);
     // Read the node against the journal: every change made is journaled.
     let journal = std::fs::read_to_string(node.journal()).unwrap();
-    assert!(journal.ends_with('\n'), "a failed append leaves no partial line");
+    assert!(journal.is_empty() || journal.ends_with('\n'), "a failed append leaves no partial line: {journal:?}");
     for pid in node.pids() {
         if cpu_cgroup_of(pid).is_some_and(|c| c.contains(&node.sb.name)) {
             assert!(journal.contains(&format!("\"pid\":{pid},")), "pid {pid} moved without a journal entry");
