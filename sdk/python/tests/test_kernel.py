@@ -155,7 +155,14 @@ def test_waitress_worker_threads_are_registered_per_request_and_restored():
         with waitress_server(TailorWSGI(app, gate=registrar), threads=4) as url:
             session = requests.Session()
             statuses = [session.get(url).status_code for _ in range(20)]
-            after = {tid: os.sched_getscheduler(tid) for tid, _ in seen}
+            # A worker restores itself when the server closes the response, which can be
+            # just after the client has read it: wait for that, up to 2 s.
+            deadline = time.monotonic() + 2.0
+            while True:
+                after = {tid: os.sched_getscheduler(tid) for tid, _ in seen}
+                if set(after.values()) == {os.SCHED_OTHER} or time.monotonic() > deadline:
+                    break
+                time.sleep(0.005)
         live = live_slots(table)
     assert statuses == [200] * 20
     assert {policy for _, policy in seen} == {os.SCHED_FIFO}, "handlers ran at a SCHED_FIFO level"
