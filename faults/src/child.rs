@@ -197,7 +197,7 @@ pub fn service(args: &Args) -> Result<(), String> {
     let options = SchedulerOptions {
         max_threads: args.get("max-threads", 64)?,
         log: false,
-        idle_retire_ms: args.get("idle-retire-ms", 30_000)?,
+        idle_retire_ms: args.get("idle-retire-ms", 10_000)?,
         ..Default::default()
     };
     if panic_every > 0 {

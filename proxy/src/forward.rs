@@ -34,8 +34,15 @@ impl Default for Upstreams {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(std::time::Duration::from_secs(2)));
-        let h1 = Client::builder(TokioExecutor::new()).build(connector.clone());
-        let h2 = Client::builder(TokioExecutor::new()).http2_only(true).build(connector);
+        // Without a pool timer hyper-util never closes idle connections: a burst's
+        // extra upstream connections would stay open for the life of the proxy.
+        let pooled = || {
+            let mut b = Client::builder(TokioExecutor::new());
+            b.pool_idle_timeout(std::time::Duration::from_secs(90)).pool_timer(hyper_util::rt::TokioTimer::new());
+            b
+        };
+        let h1 = pooled().build(connector.clone());
+        let h2 = pooled().http2_only(true).build(connector);
         Upstreams { h1, h2 }
     }
 }

@@ -24,13 +24,14 @@ pub struct SchedulerOptions {
     pub thread_name: String,
     /// Print the one-line description of the backend on stderr when created.
     pub log: bool,
-    /// A domain-pool thread idle this long retires (the pool shrinks back after a burst).
+    /// A domain-pool thread idle this long retires (the pool shrinks back after a burst;
+    /// 10 s, as tokio's blocking pool keeps its threads).
     pub idle_retire_ms: u64,
 }
 
 impl Default for SchedulerOptions {
     fn default() -> Self {
-        SchedulerOptions { max_threads: 512, thread_name: "tailor-job".into(), log: true, idle_retire_ms: 30_000 }
+        SchedulerOptions { max_threads: 512, thread_name: "tailor-job".into(), log: true, idle_retire_ms: 10_000 }
     }
 }
 
