@@ -107,7 +107,9 @@ impl Agent {
         let mut tiers = Vec::new();
         let all_cpus = caps.online_cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
         let rt_of = |t: &TierConfig| -> u64 {
-            if !caps.rt_group {
+            // Pod tiers are tuned in the kubelet's cgroups, which have no RT budget: they
+            // reserve none in ours.
+            if !caps.rt_group || t.is_pod_tier() {
                 return 0;
             }
             t.rt_runtime_us.unwrap_or(if t.kind == TierKind::Critical { 500_000 } else { 0 })

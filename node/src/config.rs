@@ -273,6 +273,13 @@ impl NodeConfig {
                         tier.name
                     ));
                 }
+                if tier.rt_runtime_us.is_some_and(|rt| rt > 0) {
+                    errors.push(format!(
+                        "tier {:?}: `rt_runtime_us` with [tier.pods]: the kubelet's pod cgroups have no RT budget \
+                         to give. Fix: remove `rt_runtime_us` (pod tiers are tuned by weight or idle in place)",
+                        tier.name
+                    ));
+                }
                 let m = &tier.matcher;
                 if !(m.comm.is_empty() && m.exe.is_empty() && m.cgroup.is_empty() && m.pid.is_empty()) {
                     errors.push(format!(

@@ -147,7 +147,8 @@ pub fn tiers_toml(node: &NodeShape, demand_cpus: f64, critical_select: &str, bes
         Some((critical, _)) => s.push_str(&format!("cpus = \"{}\"\n", cpu_list(critical))),
         None => {
             s.push_str(&format!("rt_priority = {RT_BAND_PRIORITY}\n"));
-            if node.rt_group {
+            // A pod tier stays in the kubelet's cgroups, which have no RT budget to give.
+            if node.rt_group && !critical_select.contains("[tier.pods]") {
                 s.push_str(&format!("rt_runtime_us = {RT_BAND_RUNTIME_US}\n"));
             }
         }

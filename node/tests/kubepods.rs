@@ -152,7 +152,9 @@ fn pod_tiers_tune_the_kubelets_cgroups_in_place(systemd: bool) {
     ));
     config.kubelet_cgroup_root = kubelet_root.clone();
     let mut agent = Agent::new(config, caps.clone()).unwrap();
-    agent.start_enforcing().unwrap();
+    if let Err(e) = agent.start_enforcing() {
+        panic!("start_enforcing: {e}; RT budgets held now: {}", rt_budgets_held(&caps));
+    }
     agent.reconcile().unwrap();
 
     let after: Vec<Option<String>> =
@@ -203,8 +205,29 @@ fn pod_tiers_tune_the_kubelets_cgroups_in_place(systemd: bool) {
     }
 }
 
-/// The two drivers' tests each give the critical tier an RT budget out of the same parent's:
-/// run together they exhaust it, so they take turns.
+/// Every v1 cpu cgroup holding an RT budget (what a test that cannot get one competes with).
+fn rt_budgets_held(caps: &Capabilities) -> String {
+    fn walk(dir: &Path, out: &mut Vec<String>) {
+        if let Ok(v) = std::fs::read_to_string(dir.join("cpu.rt_runtime_us")) {
+            if v.trim() != "0" {
+                out.push(format!("{} = {}", dir.display(), v.trim()));
+            }
+        }
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                walk(&e.path(), out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for h in caps.hierarchies.iter().filter(|h| h.role == Role::V1Cpu) {
+        walk(&h.root, &mut out);
+    }
+    out.join(", ")
+}
+
+/// The two drivers' tests share the root's RT budget (the ordinary tier's parent takes some):
+/// they take turns.
 static RT_BUDGET: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
@@ -215,11 +238,7 @@ fn pod_tiers_tune_cgroupfs_driver_pods_in_place_and_restore() {
     }
 }
 
-// Fails in the full suite on this machine (25 Nov): the sandbox's tier cannot get its 500 ms
-// RT budget ("RT budget exhausted") although the cgroupfs test, run first, passes. Open;
-// run it with `--ignored`.
 #[test]
-#[ignore = "RT budget exhausted in the full suite (open): run with --ignored"]
 fn pod_tiers_tune_systemd_driver_pods_in_place_and_restore() {
     let _turn = RT_BUDGET.lock().unwrap_or_else(|p| p.into_inner());
     if root_or_skip("pod_tiers_tune_systemd_driver_pods_in_place_and_restore") {
@@ -240,4 +259,11 @@ fn pod_tiers_refuse_a_fence_and_process_selectors() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("gold") && err.contains("guaranteed"), "{err}");
+    let err = tailor_node::NodeConfig::parse(
+        "[[tier]]\nname = \"c\"\nkind = \"critical\"\nrt_runtime_us = 500000\n[tier.pods]\nqos = [\"guaranteed\"]\n",
+        "n.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("rt_runtime_us") && err.contains("[tier.pods]") && err.contains("Fix: remove"), "{err}");
 }

@@ -12,10 +12,20 @@ use std::time::Duration;
 
 type Task = Box<dyn FnOnce() + Send>;
 
+/// What an idle worker is handed.
+#[derive(Default)]
+enum Mail {
+    #[default]
+    Empty,
+    Task(Task),
+    /// The pool closed: exit now (already uncounted by [`Pool::close`]).
+    Retire,
+}
+
 /// One idle worker's mailbox: `submit` hands a task straight to it.
 #[derive(Default)]
 struct Handoff {
-    task: Mutex<Option<Task>>,
+    mail: Mutex<Mail>,
     ready: Condvar,
 }
 
@@ -26,6 +36,8 @@ struct State {
     /// keep them all alive forever (the soak saw 3 -> 56 threads).
     idle: Vec<Arc<Handoff>>,
     threads: usize,
+    /// Its owner is gone: threads exit instead of waiting for work.
+    closed: bool,
 }
 
 /// Runs on every new pool thread before its first task.
@@ -54,7 +66,7 @@ pub(crate) struct Pool {
 impl Pool {
     pub fn new(max_threads: usize, name: String, idle_retire: Duration) -> Self {
         Pool {
-            state: Mutex::new(State { idle: Vec::new(), threads: 0 }),
+            state: Mutex::new(State { idle: Vec::new(), threads: 0, closed: false }),
             on_start: std::sync::OnceLock::new(),
             on_spawn: std::sync::OnceLock::new(),
             on_exit: std::sync::OnceLock::new(),
@@ -70,7 +82,7 @@ impl Pool {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(worker) = st.idle.pop() {
             drop(st);
-            *worker.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+            *worker.mail.lock().unwrap_or_else(|p| p.into_inner()) = Mail::Task(task);
             worker.ready.notify_one();
             return Ok(());
         }
@@ -128,28 +140,37 @@ impl Pool {
         }
     }
 
-    /// Waits idle for the next task; `None` once idle for the retire time (the thread is
-    /// then no longer counted and must exit).
+    /// Waits idle for the next task; `None` once idle for the retire time or the pool
+    /// closed (the thread is then no longer counted and must exit).
     fn next_task(&self, mailbox: &Arc<Handoff>) -> Option<Task> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).idle.push(mailbox.clone());
-        let mut slot = mailbox.task.lock().unwrap_or_else(|p| p.into_inner());
+        {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            if st.closed {
+                st.threads -= 1;
+                return None;
+            }
+            st.idle.push(mailbox.clone());
+        }
+        let mut mail = mailbox.mail.lock().unwrap_or_else(|p| p.into_inner());
         let mut retire_at = Some(std::time::Instant::now() + self.idle_retire);
         loop {
-            if let Some(task) = slot.take() {
-                return Some(task);
+            match std::mem::take(&mut *mail) {
+                Mail::Task(task) => return Some(task),
+                Mail::Retire => return None,
+                Mail::Empty => {}
             }
             match retire_at {
-                None => slot = mailbox.ready.wait(slot).unwrap_or_else(|p| p.into_inner()),
+                None => mail = mailbox.ready.wait(mail).unwrap_or_else(|p| p.into_inner()),
                 Some(at) => {
                     let left = at.saturating_duration_since(std::time::Instant::now());
                     if !left.is_zero() {
-                        slot = mailbox.ready.wait_timeout(slot, left).unwrap_or_else(|p| p.into_inner()).0;
+                        mail = mailbox.ready.wait_timeout(mail, left).unwrap_or_else(|p| p.into_inner()).0;
                         continue;
                     }
                     // Time to retire, unless a submitter took this mailbox off the idle
-                    // stack: then a task is on its way and this thread must wait for it.
+                    // stack: then mail is on its way and this thread must wait for it.
                     // Lock order is state, then mailbox, as in `submit`.
-                    drop(slot);
+                    drop(mail);
                     let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some(i) = st.idle.iter().position(|m| Arc::ptr_eq(m, mailbox)) {
                         st.idle.remove(i);
@@ -157,10 +178,25 @@ impl Pool {
                         return None;
                     }
                     drop(st);
-                    slot = mailbox.task.lock().unwrap_or_else(|p| p.into_inner());
+                    mail = mailbox.mail.lock().unwrap_or_else(|p| p.into_inner());
                     retire_at = None;
                 }
             }
+        }
+    }
+
+    /// The owner is gone: idle threads exit now (running their exit hook) instead of
+    /// after the retire time, and busy ones when their task ends.
+    pub fn close(&self) {
+        let idle = {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.closed = true;
+            st.threads -= st.idle.len();
+            std::mem::take(&mut st.idle)
+        };
+        for mailbox in idle {
+            *mailbox.mail.lock().unwrap_or_else(|p| p.into_inner()) = Mail::Retire;
+            mailbox.ready.notify_one();
         }
     }
 
@@ -239,5 +275,31 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(pool.threads() <= 2, "the burst's surplus threads retired under a steady load: {} left", pool.threads());
+    }
+
+    #[test]
+    fn closing_the_pool_ends_idle_threads_at_once() {
+        let pool = Arc::new(Pool::new(4, "test-pool".into(), Duration::from_secs(3600)));
+        let exited = Arc::new(AtomicUsize::new(0));
+        let e = exited.clone();
+        pool.set_on_exit(Box::new(move || {
+            e.fetch_add(1, Ordering::SeqCst);
+        }));
+        let gate = Arc::new(std::sync::Barrier::new(4));
+        for _ in 0..3 {
+            let g = gate.clone();
+            assert!(pool.submit(Box::new(move || {
+                g.wait();
+            }))
+            .is_ok());
+        }
+        gate.wait();
+        pool.close();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while exited.load(Ordering::SeqCst) < 3 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(exited.load(Ordering::SeqCst), 3, "every thread exited long before its hour-long retire time");
+        assert_eq!(pool.threads(), 0);
     }
 }

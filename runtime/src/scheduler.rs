@@ -284,6 +284,18 @@ impl Drop for AsyncJob {
     }
 }
 
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // No job holds a permit any more (each holds the Arc): the raised threads go back
+        // to their policies now, and idle pool threads exit instead of idling at the I/O
+        // level until they retire.
+        if let Backend::Kernel(k) = &self.backend {
+            k.release();
+        }
+        self.pool.close();
+    }
+}
+
 impl Inner {
     pub(crate) fn cooperative(&self) -> &Cooperative {
         match &self.backend {

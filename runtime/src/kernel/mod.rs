@@ -643,6 +643,31 @@ impl KernelBackend {
     /// names the thread we remembered (same start time), and under the lock its thread
     /// needs to leave the map, so it cannot end and be replaced meanwhile.
     fn fall_back(&self, counters: &Counters, silent_for: Duration, stopped: bool) {
+        let restored = self.restore_all();
+        Counters::add(&counters.fallbacks, 1);
+        Counters::add(&counters.priority_changes, restored);
+        let why = if stopped {
+            "the agent stopped".to_string()
+        } else {
+            format!("the agent's heartbeat stopped for {} ms", silent_for.as_millis())
+        };
+        tracing::warn!(
+            "{why} ({}): restored {restored} threads to their original policy; falling back to \
+             the cooperative backend until an agent serves the table again",
+            self.table_path.display()
+        );
+    }
+
+    /// The scheduler is gone (its last clone dropped): every thread it raised goes back to
+    /// its natural policy now, not when its pool thread retires, and nothing raises again.
+    pub fn release(&self) {
+        let restored = self.restore_all();
+        tracing::debug!(restored, "scheduler dropped: threads back to their original policy");
+    }
+
+    /// Marks this process fallen back and puts every thread it raised back to its natural
+    /// policy; returns how many were changed.
+    fn restore_all(&self) -> u64 {
         self.fell_back.store(true, Ordering::SeqCst);
         let mut restored = 0;
         // Pool threads raised by their spawner that have not run yet.
@@ -664,18 +689,7 @@ impl KernelBackend {
             }
         }
         drop(io_threads);
-        Counters::add(&counters.fallbacks, 1);
-        Counters::add(&counters.priority_changes, restored);
-        let why = if stopped {
-            "the agent stopped".to_string()
-        } else {
-            format!("the agent's heartbeat stopped for {} ms", silent_for.as_millis())
-        };
-        tracing::warn!(
-            "{why} ({}): restored {restored} threads to their original policy; falling back to \
-             the cooperative backend until an agent serves the table again",
-            self.table_path.display()
-        );
+        restored
     }
 
     /// Fallen back: re-attaches once a live agent serves the table path again, the one we
