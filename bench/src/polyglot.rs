@@ -394,6 +394,8 @@ pub struct PointResult {
     pub rate_rps: f64,
     /// The chain's own CPU per request at zero demand (µs), which ρ includes.
     pub overhead_us: f64,
+    /// CPUs the chain (and generator) and everything else on the machine used during the run.
+    pub cpu: cpuacct::CpuUsage,
     pub summary: RunSummary,
 }
 
@@ -401,6 +403,8 @@ pub struct PointResult {
 #[derive(Clone, Debug)]
 pub struct PolyglotConfig {
     pub tools: Tools,
+    /// CPUs ρ is computed against (λ = ρ · cores / (E[demand] + overhead)); on a machine
+    /// other jobs share, fewer than it has.
     pub cores: usize,
     /// Mean CPU demand per tier (ms) of the scaled TailClipper workloads.
     pub mean_ms: f64,
@@ -414,13 +418,15 @@ pub struct PolyglotConfig {
 }
 
 impl PolyglotConfig {
-    fn demo(&self) -> DemoConfig {
+    /// The demo's settings for these runs; `cores` as [`DemoConfig::cores`] (the rate's, or
+    /// the agent's `--cpus`).
+    fn demo(&self, cores: usize) -> DemoConfig {
         DemoConfig {
             exe: self.tools.tailor.clone(),
             tier_args: vec!["demo".into(), "tier".into()],
             agent_args: vec!["agent".into()],
             tiers: TIERS,
-            cores: self.cores,
+            cores,
             mean_ms: self.mean_ms,
             workloads: self.workloads.clone(),
             loads: self.loads.clone(),
@@ -429,7 +435,7 @@ impl PolyglotConfig {
             warmup: self.warmup,
             seed: 0,
             out: self.out.clone(),
-            orf_c: self.cores,
+            orf_c: tailor_runtime::available_cpus(),
             slice_us: 500.0,
             bucket_us: 2_000.0 * self.mean_ms,
             trace: None,
@@ -464,11 +470,15 @@ impl Running {
 fn start_chain(cfg: &PolyglotConfig, kind: ChainKind, ordering: Ordering, table: &Path) -> Result<Running, String> {
     let logs = cfg.out.join("logs");
     match kind {
-        ChainKind::Polyglot => PolyglotChain::start(&cfg.tools, ordering, cfg.cores, table, &logs).map(Running::Polyglot),
+        ChainKind::Polyglot => {
+            PolyglotChain::start(&cfg.tools, ordering, tailor_runtime::available_cpus(), table, &logs).map(Running::Polyglot)
+        }
         ChainKind::RustOnly => {
             let backend = match ordering {
                 Ordering::Neither => BackendSpec::None,
-                Ordering::Gates => BackendSpec::Cooperative { policy: PolicySpec::Gfifo, c: cfg.cores },
+                Ordering::Gates => {
+                    BackendSpec::Cooperative { policy: PolicySpec::Gfifo, c: tailor_runtime::available_cpus() }
+                }
                 Ordering::Kernel => BackendSpec::kernel(table),
             };
             let spec = ChainSpec {
@@ -488,7 +498,8 @@ fn start_chain(cfg: &PolyglotConfig, kind: ChainKind, ordering: Ordering, table:
 /// and skips. Each chain is started once (with its agent for kernel ordering) and
 /// calibrated at zero demand, so ρ = λ · (E[demand] + its own CPU per request) / cores.
 pub fn run(cfg: &PolyglotConfig, mut say: impl FnMut(&str)) -> Result<Vec<PointResult>, String> {
-    let demo = cfg.demo();
+    let demo = cfg.demo(cfg.cores);
+    let cpus = tailor_runtime::available_cpus();
     let mut results = Vec::new();
     for &(kind, ordering) in &cfg.chains {
         let label = format!("{kind:?}/{}", ordering.name());
@@ -502,7 +513,7 @@ pub fn run(cfg: &PolyglotConfig, mut say: impl FnMut(&str)) -> Result<Vec<PointR
         let agent = if ordering == Ordering::Kernel {
             let log = cfg.out.join("logs").join(format!("{kind:?}-agent.log"));
             std::fs::create_dir_all(cfg.out.join("logs")).map_err(|e| e.to_string())?;
-            match start_agent(&demo, Mode::Orf, &table, &log) {
+            match start_agent(&cfg.demo(cpus), Mode::Orf, &table, &log) {
                 Ok(a) => Some(a),
                 Err(e) => {
                     say(&format!("skip {label}: {e}"));
@@ -525,11 +536,13 @@ pub fn run(cfg: &PolyglotConfig, mut say: impl FnMut(&str)) -> Result<Vec<PointR
                     for &seed in &cfg.seeds {
                         let rate = demo.rate_for(w, rho, overhead_us * 1e3);
                         let plan = plan_for(&demo, w, rate, seed).map_err(|e| e.to_string())?;
+                        let before = cpuacct::snapshot(&pids);
                         let records = send(chain.entry(), &plan)?;
-                        let summary = summarize(&records, cfg.warmup, TIERS as u32, cfg.cores);
+                        let cpu = cpuacct::usage(&before, &cpuacct::snapshot(&pids), records.len());
+                        let summary = summarize(&records, cfg.warmup, TIERS as u32, cpus);
                         say(&format!(
-                            "{label} {w} ρ {rho} seed {seed}: {rate:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, ok {}/{}",
-                            summary.latency_ms.p50, summary.latency_ms.p99, summary.ok, summary.requests
+                            "{label} {w} ρ {rho} seed {seed}: {rate:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, ok {}/{}, CPUs: chain {:.2}, others {:.2}",
+                            summary.latency_ms.p50, summary.latency_ms.p99, summary.ok, summary.requests, cpu.demo_cpus, cpu.background_cpus
                         ));
                         results.push(PointResult {
                             chain: kind,
@@ -539,6 +552,7 @@ pub fn run(cfg: &PolyglotConfig, mut say: impl FnMut(&str)) -> Result<Vec<PointR
                             seed,
                             rate_rps: rate,
                             overhead_us,
+                            cpu,
                             summary,
                         });
                     }
@@ -568,7 +582,7 @@ fn calibrate(entry: &Uri, pids: &[u32]) -> Result<f64, String> {
 /// seed, their median, and the cut against `neither` of the same chain.
 pub fn table(results: &[PointResult]) -> String {
     let mut out = String::from(
-        "| chain | ordering | workload | ρ | p99 ms per seed | median p99 ms | vs neither | GAT mismatches | errors |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| chain | ordering | workload | ρ | p99 ms per seed | median p99 ms | vs neither | errors | other jobs' CPUs |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     let median = |mut v: Vec<f64>| {
         v.sort_by(|a, b| a.total_cmp(b));
@@ -598,12 +612,7 @@ pub fn table(results: &[PointResult]) -> String {
             let b = median(base.iter().map(|r| r.summary.latency_ms.p99).collect());
             format!("{:+.0}%", (med / b - 1.0) * 100.0)
         };
-        // Through the edge no `tailor-seen-gat` reaches the generator (the edge strips
-        // `tailor-*` from replies); the polyglot chain's GATs are checked by its test.
-        let mismatches = match chain {
-            ChainKind::Polyglot => "n/a".to_string(),
-            ChainKind::RustOnly => runs.iter().map(|r| r.summary.gat_mismatches).sum::<u64>().to_string(),
-        };
+        let others = median(runs.iter().map(|r| r.cpu.background_cpus).collect());
         let errors: u64 = runs.iter().map(|r| r.summary.requests - r.summary.ok).sum();
         let per_seed: Vec<String> = p99.iter().map(|p| format!("{p:.1}")).collect();
         let chain_name = match chain {
@@ -611,7 +620,7 @@ pub fn table(results: &[PointResult]) -> String {
             ChainKind::RustOnly => "Rust ×3",
         };
         out.push_str(&format!(
-            "| {chain_name} | {} | {workload} | {:.2} | {} | {med:.1} | {cut} | {mismatches} | {errors} |\n",
+            "| {chain_name} | {} | {workload} | {:.2} | {} | {med:.1} | {cut} | {errors} | {others:.2} |\n",
             ordering.name(),
             *rho as f64 / 1000.0,
             per_seed.join(" / "),
