@@ -92,7 +92,8 @@ impl Tools {
             return Err("python3 with waitress is needed for the Python tier; `pip install waitress`".into());
         }
         std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
-        let go_service = out.join("go-service");
+        // Absolute: `go build` runs in sdk/go.
+        let go_service = std::path::absolute(out).map_err(|e| format!("{}: {e}", out.display()))?.join("go-service");
         let built = Command::new("go")
             .args(["build", "-o"])
             .arg(&go_service)
