@@ -48,6 +48,16 @@ impl Ordering {
         }
     }
 
+    /// The Rust tiers' runtime backend: `none`, cooperative gfifo with `c` = `cores`, or
+    /// the kernel backend on `table`.
+    pub fn rust_backend(self, cores: usize, table: &Path) -> BackendSpec {
+        match self {
+            Ordering::Neither => BackendSpec::None,
+            Ordering::Gates => BackendSpec::Cooperative { policy: PolicySpec::Gfifo, c: cores },
+            Ordering::Kernel => BackendSpec::kernel(table),
+        }
+    }
+
     pub fn parse(s: &str) -> Result<Ordering, String> {
         Ordering::ALL
             .into_iter()
@@ -103,11 +113,20 @@ impl Tools {
         match built {
             Err(e) => return Err(format!("the Go toolchain is needed for the Go tier (`go`: {e}); install Go 1.22+")),
             Ok(o) if !o.status.success() => {
-                return Err(format!("go build ./examples/service in sdk/go failed: {}", String::from_utf8_lossy(&o.stderr)))
+                return Err(format!(
+                    "go build ./examples/service in sdk/go failed: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                ))
             }
             Ok(_) => {}
         }
-        Ok(Tools { tailor, rust_service, go_service, python, python_service: root.join("sdk/python/examples/wsgi_service.py") })
+        Ok(Tools {
+            tailor,
+            rust_service,
+            go_service,
+            python,
+            python_service: root.join("sdk/python/examples/wsgi_service.py"),
+        })
     }
 }
 
@@ -119,7 +138,12 @@ struct Member {
 
 /// Starts `cmd` with stdout and stderr copied to `log`; returns it and the first line
 /// that contains `marker` (within 20 s), or why not.
-fn start_member(name: &'static str, mut cmd: Command, log: &Path, marker: &'static str) -> Result<(Member, String), String> {
+fn start_member(
+    name: &'static str,
+    mut cmd: Command,
+    log: &Path,
+    marker: &'static str,
+) -> Result<(Member, String), String> {
     let file = File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
     let file = Arc::new(Mutex::new(file));
     let mut child = cmd
@@ -188,16 +212,18 @@ impl PolyglotChain {
     /// Starts Rust, then Python, then Go, then the edge, each told the address of the
     /// next; `table` is the kernel agent's table (used by [`Ordering::Kernel`], whose
     /// agent the caller runs).
-    pub fn start(tools: &Tools, ordering: Ordering, cores: usize, table: &Path, logs: &Path) -> Result<PolyglotChain, String> {
+    pub fn start(
+        tools: &Tools,
+        ordering: Ordering,
+        cores: usize,
+        table: &Path,
+        logs: &Path,
+    ) -> Result<PolyglotChain, String> {
         std::fs::create_dir_all(logs).map_err(|e| format!("creating {}: {e}", logs.display()))?;
         let log = |tier: &str| logs.join(format!("polyglot-{}-{tier}.log", ordering.name()));
         let mut chain = PolyglotChain { members: Vec::new(), entry: Uri::from_static("http://127.0.0.1/") };
 
-        let backend = match ordering {
-            Ordering::Neither => BackendSpec::None,
-            Ordering::Gates => BackendSpec::Cooperative { policy: PolicySpec::Gfifo, c: cores },
-            Ordering::Kernel => BackendSpec::kernel(table),
-        };
+        let backend = ordering.rust_backend(cores, table);
         let mut rust = Command::new(&tools.rust_service);
         rust.args(["--listen", "127.0.0.1:0", "--index", "2", "--backend"])
             .arg(serde_json::to_string(&backend).expect("BackendSpec serializes"));
@@ -267,7 +293,8 @@ impl PolyglotChain {
     /// (the generator's `tailor-seen-gat` does not reach a client), so this reads the
     /// body, where every tier writes its line after the next tier's.
     pub fn trace(&self, extra: &[(&str, &str)]) -> Result<Vec<Seen>, String> {
-        let mut head = format!("GET / HTTP/1.1\r\nhost: polyglot\r\nconnection: close\r\n{}: 0,0,0\r\n", loadgen::DEMAND_HEADER);
+        let mut head =
+            format!("GET / HTTP/1.1\r\nhost: polyglot\r\nconnection: close\r\n{}: 0,0,0\r\n", loadgen::DEMAND_HEADER);
         for (name, value) in extra {
             head.push_str(&format!("{name}: {value}\r\n"));
         }
@@ -282,7 +309,8 @@ impl PolyglotChain {
 
     /// The Go tier's Prometheus text (its /metrics, reached through the edge's `/` route).
     pub fn go_metrics(&self) -> Result<String, String> {
-        let (status, body) = http_get(&self.entry, "GET /metrics HTTP/1.1\r\nhost: polyglot\r\nconnection: close\r\n\r\n")?;
+        let (status, body) =
+            http_get(&self.entry, "GET /metrics HTTP/1.1\r\nhost: polyglot\r\nconnection: close\r\n\r\n")?;
         if status != 200 {
             return Err(format!("/metrics: status {status}"));
         }
@@ -321,7 +349,8 @@ impl Seen {
             Some(&"gat") => Ok(Seen { gat: num(words.get(1))?, hop: num(words.get(3))? as u32 }),
             Some(&"hop") => Ok(Seen { gat: num(words.get(3))?, hop: num(words.get(1))? as u32 }),
             Some(&"context") => {
-                let d = tailor_core::wire::decode(words.get(1).ok_or_else(bad)?).map_err(|e| format!("{}: {e}", bad()))?;
+                let d =
+                    tailor_core::wire::decode(words.get(1).ok_or_else(bad)?).map_err(|e| format!("{}: {e}", bad()))?;
                 Ok(Seen { gat: d.context.gat, hop: d.context.hop as u32 })
             }
             _ => Err(bad()),
@@ -339,8 +368,10 @@ fn http_get(entry: &Uri, request: &str) -> Result<(u16, String), String> {
     stream.write_all(request.as_bytes()).map_err(|e| format!("sending to {addr}: {e}"))?;
     let mut reply = String::new();
     stream.read_to_string(&mut reply).map_err(|e| format!("reading from {addr}: {e}"))?;
-    let (head, body) = reply.split_once("\r\n\r\n").ok_or_else(|| format!("a reply without a header end: `{reply}`"))?;
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| format!("no status in `{head}`"))?;
+    let (head, body) =
+        reply.split_once("\r\n\r\n").ok_or_else(|| format!("a reply without a header end: `{reply}`"))?;
+    let status =
+        head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| format!("no status in `{head}`"))?;
     let chunked = head.to_ascii_lowercase().contains("transfer-encoding: chunked");
     Ok((status, if chunked { dechunk(body) } else { body.to_string() }))
 }
@@ -472,16 +503,11 @@ fn start_chain(cfg: &PolyglotConfig, kind: ChainKind, ordering: Ordering, table:
     let logs = cfg.out.join("logs");
     match kind {
         ChainKind::Polyglot => {
-            PolyglotChain::start(&cfg.tools, ordering, tailor_runtime::available_cpus(), table, &logs).map(Running::Polyglot)
+            PolyglotChain::start(&cfg.tools, ordering, tailor_runtime::available_cpus(), table, &logs)
+                .map(Running::Polyglot)
         }
         ChainKind::RustOnly => {
-            let backend = match ordering {
-                Ordering::Neither => BackendSpec::None,
-                Ordering::Gates => {
-                    BackendSpec::Cooperative { policy: PolicySpec::Gfifo, c: tailor_runtime::available_cpus() }
-                }
-                Ordering::Kernel => BackendSpec::kernel(table),
-            };
+            let backend = ordering.rust_backend(tailor_runtime::available_cpus(), table);
             let spec = ChainSpec {
                 exe: cfg.tools.tailor.clone(),
                 tier_args: vec!["demo".into(), "tier".into()],
@@ -600,7 +626,9 @@ pub fn table(results: &[PointResult]) -> String {
         let of = |o: Ordering| -> Vec<&PointResult> {
             results
                 .iter()
-                .filter(|r| r.chain == *chain && r.ordering == o && &r.workload == workload && (r.rho * 1000.0) as u64 == *rho)
+                .filter(|r| {
+                    r.chain == *chain && r.ordering == o && &r.workload == workload && (r.rho * 1000.0) as u64 == *rho
+                })
                 .collect()
         };
         let runs = of(*ordering);

@@ -65,10 +65,8 @@ fn every_tier_sees_the_gat_the_edge_stamped() {
 
     // Open-loop load with CPU demand at every tier: every request answered.
     let n = 150;
-    let plan = Plan {
-        intended_ns: (0..n).map(|i| i as u64 * 10_000_000).collect(),
-        demands_us: vec![vec![300, 300, 300]; n],
-    };
+    let plan =
+        Plan { intended_ns: (0..n).map(|i| i as u64 * 10_000_000).collect(), demands_us: vec![vec![300, 300, 300]; n] };
     let cfg = LoadgenConfig {
         uri: chain.entry.clone(),
         timeout: Duration::from_secs(20),

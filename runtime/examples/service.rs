@@ -84,7 +84,10 @@ fn demand_us(headers: &HeaderMap, index: usize) -> Result<u64, String> {
     let field = text.split(',').nth(index).ok_or_else(|| {
         format!("header `{DEMAND_HEADER}: {text}` has no value for tier {index}; give one µs value per tier")
     })?;
-    field.trim().parse().map_err(|_| format!("header `{DEMAND_HEADER}`: `{}` is not a whole number of µs", field.trim()))
+    field
+        .trim()
+        .parse()
+        .map_err(|_| format!("header `{DEMAND_HEADER}`: `{}` is not a whole number of µs", field.trim()))
 }
 
 type Downstream = Inject<Client<HttpConnector, Full<Bytes>>>;
@@ -160,7 +163,8 @@ fn main() {
     if let Err(e) = sched.io_thread_started() {
         eprintln!("service: the I/O thread keeps its policy: {e}");
     }
-    let config = if args.edge { ContextConfig::edge(EdgeRoute { class: 0, budget: None }) } else { ContextConfig::hop() };
+    let config =
+        if args.edge { ContextConfig::edge(EdgeRoute { class: 0, budget: None }) } else { ContextConfig::hop() };
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     let client: Downstream = ServiceBuilder::new()
@@ -184,7 +188,8 @@ fn main() {
         let _ = writeln!(out, "listening on {addr} ({})", sched.describe());
         let _ = out.flush();
         drop(out);
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
         let shutdown = async move {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}

@@ -29,7 +29,12 @@ fn main() {
     }
 }
 
-fn list<T>(f: &HashMap<String, String>, name: &str, default: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
+fn list<T>(
+    f: &HashMap<String, String>,
+    name: &str,
+    default: &str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
     let text = f.get(name).map(String::as_str).unwrap_or(default);
     text.split(',').map(|s| parse(s.trim()).map_err(|e| format!("--{name}: {e}"))).collect()
 }
