@@ -17,6 +17,7 @@ pub mod demo;
 pub mod hgrm;
 pub mod ideal;
 pub mod loadgen;
+pub mod polyglot;
 pub mod predict;
 pub mod record;
 pub mod soak;

@@ -1,6 +1,7 @@
 """Per-request cost of the Python middleware, side by side with the same app without it.
 
     python3 sdk/python/bench/overhead.py [--requests 20000] [--repeats 7] [--table /dev/shm/tailor-sched]
+    python3 sdk/python/bench/overhead.py --compare REV [--requests 20000] [--repeats 7]
 
 For ASGI and WSGI, runs the same trivial app bare and wrapped (extract + clamp + gate, no
 contention: the gate always has a free slot), calling it in-process as a server would, so
@@ -10,6 +11,10 @@ wall time: on a shared machine wall time counts every other process's turn on th
 the middleware never sleeps or waits without contention, so its cost is CPU time). With ``--table`` (a running ``tailor agent
 --enforce priority``), also the cost of kernel registration per request (claim, level,
 restore: two sched_setscheduler calls). Prints a markdown table (docs/sdk-python.md).
+
+``--compare REV`` measures the package as it was at git revision REV side by side with
+this checkout's: each repetition runs both, in alternating order, each in a fresh
+process, so both see the same machine load; it prints both overheads and their ratio.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# `--lib DIR`: import tailor_context from DIR (the --compare children), else this checkout.
+_LIB = sys.argv[sys.argv.index("--lib") + 1] if "--lib" in sys.argv else str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, _LIB)
 
 from tailor_context import Context, encode  # noqa: E402
 from tailor_context.asgi import TailorASGI  # noqa: E402
@@ -102,13 +109,74 @@ def median_of(repeats, f):
     return min(runs), statistics.median(runs)
 
 
+def one_run(n):
+    """One run of every variant: {app: [bare, context, context + gate]} in µs per request."""
+    return {
+        "ASGI": [
+            time_asgi(asgi_app, n),
+            time_asgi(TailorASGI(asgi_app, ContextConfig.hop()), n),
+            time_asgi(TailorASGI(asgi_app, ContextConfig.hop(), gate=AsyncGate("orf", c=4)), n),
+        ],
+        "WSGI": [
+            time_wsgi(wsgi_app, n),
+            time_wsgi(TailorWSGI(wsgi_app, ContextConfig.hop()), n),
+            time_wsgi(TailorWSGI(wsgi_app, ContextConfig.hop(), gate=ThreadGate("orf", c=4)), n),
+        ],
+    }
+
+
+def compare(rev, n, repeats):
+    """This checkout's middleware against the one at ``rev``, interleaved (module doc)."""
+    import json
+    import subprocess
+    import tempfile
+
+    repo = Path(__file__).resolve().parents[3]
+    old = tempfile.mkdtemp(prefix="tailor-overhead-")
+    archive = subprocess.run(["git", "-C", str(repo), "archive", rev, "sdk/python/tailor_context"], capture_output=True, check=False)
+    if archive.returncode != 0:
+        raise SystemExit(f"--compare {rev}: git archive failed: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", old], input=archive.stdout, check=True)
+    libs = {rev: str(Path(old) / "sdk/python"), "this checkout": str(Path(__file__).resolve().parents[1])}
+    runs = {label: [] for label in libs}
+    for i in range(repeats):
+        for label in list(libs) if i % 2 == 0 else list(libs)[::-1]:
+            out = subprocess.run(
+                [sys.executable, __file__, "--lib", libs[label], "--json", "--requests", str(n)], capture_output=True, text=True, check=True
+            )
+            runs[label].append(json.loads(out.stdout))
+    print(f"Python {sys.version.split()[0]}, {n} requests x {repeats} interleaved runs each, µs of CPU per request: best / median of the runs\n")
+    print(f"| app | bare | overhead at {rev} | overhead now | now / before (median) |")
+    print("|---|---|---|---|---|")
+    for app in ("ASGI", "WSGI"):
+        over = {label: [r[app][2] - r[app][0] for r in rs] for label, rs in runs.items()}
+        bare = [r[app][0] for rs in runs.values() for r in rs]
+        before, now = over[rev], over["this checkout"]
+        ratio = statistics.median(now) / statistics.median(before)
+        print(
+            f"| {app} | {min(bare):.2f} / {statistics.median(bare):.2f} | {min(before):.2f} / {statistics.median(before):.2f} "
+            f"| **{min(now):.2f} / {statistics.median(now):.2f}** | {ratio:.2f} |"
+        )
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=20000)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--table", help="a running `tailor agent --enforce priority` table: also time kernel registration")
+    p.add_argument("--compare", metavar="REV", help="also measure the package at git revision REV, interleaved (module doc)")
+    p.add_argument("--lib", help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     n, r = a.requests, a.repeats
+    if a.json:
+        import json
+
+        print(json.dumps(one_run(n)))
+        return
+    if a.compare:
+        compare(a.compare, n, r)
+        return
     rows = []
     bare = median_of(r, lambda: time_asgi(asgi_app, n))
     ctx_only = median_of(r, lambda: time_asgi(TailorASGI(asgi_app, ContextConfig.hop()), n))

@@ -101,6 +101,7 @@ def baggage_without(header: str) -> Optional[str]:
 
 _NAME_HEADER = HEADER.encode("ascii")
 _NAME_BAGGAGE = BAGGAGE_HEADER.encode("ascii")
+_CARRIER_LENGTHS = (len(_NAME_HEADER), len(_NAME_BAGGAGE))
 
 
 def _header_name(name: Union[str, bytes, bytearray]) -> bytes:
@@ -122,11 +123,18 @@ def extract(headers: Iterable[Tuple[Union[str, bytes], Union[str, bytes]]]) -> O
     dedicated: list = []
     baggage: list = []
     for name, value in headers:
-        n = _header_name(name)
-        if n == _NAME_HEADER:
+        # Exact lower-case names first (raw ASGI headers are lower-case bytes, WSGI and
+        # grpcio names str): only a name of a carrier's length is folded and compared again.
+        if name == _NAME_HEADER or name == HEADER:
             dedicated.append(value)
-        elif n == _NAME_BAGGAGE:
+        elif name == _NAME_BAGGAGE or name == BAGGAGE_HEADER:
             baggage.append(value)
+        elif len(name) in _CARRIER_LENGTHS:
+            n = _header_name(name)
+            if n == _NAME_HEADER:
+                dedicated.append(value)
+            elif n == _NAME_BAGGAGE:
+                baggage.append(value)
     if len(dedicated) > 1:
         raise WireError("ambiguous")
     if dedicated:

@@ -23,7 +23,8 @@ class Clamped:
         return self != Clamped()
 
 
-_NOTHING = Clamped()
+#: What clamp returns when it changed nothing (always this object: test with ``is``).
+UNCLAMPED = Clamped()
 
 
 def clamp(ctx: Context, now: int, max_age: int) -> Tuple[Context, Clamped]:
@@ -31,7 +32,7 @@ def clamp(ctx: Context, now: int, max_age: int) -> Tuple[Context, Clamped]:
     before the clamped GAT. Class, fanout and hop unchanged."""
     oldest = max(now - max_age, 0)
     if oldest <= ctx.gat <= now and ctx.deadline >= ctx.gat:
-        return ctx, _NOTHING  # the honest case: nothing to do, nothing to allocate
+        return ctx, UNCLAMPED  # the honest case: nothing to do, nothing to allocate
     gat, ahead, stale = ctx.gat, 0, 0
     if gat > now:
         ahead, gat = gat - now, now

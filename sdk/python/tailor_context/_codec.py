@@ -142,19 +142,31 @@ _CANONICAL_UNSIGNED = re.compile(
 )
 
 
+# The same for a str value (WSGI environ, grpcio metadata): no encoding to bytes first.
+_CANONICAL_UNSIGNED_STR = re.compile(_CANONICAL_UNSIGNED.pattern.decode("ascii"))
+
+_new_object = object.__new__
+
+
 def decode(value: Union[str, bytes, bytearray]) -> Decoded:
     """Decodes a context value (a tailor-context header or metadata entry, or an
     already percent-decoded baggage value). Strict and total: raises WireError
     naming the first rule broken (docs/wire-format.md, "Decoding")."""
-    s = as_bytes(value)
-    m = _CANONICAL_UNSIGNED.fullmatch(s)
+    m = (_CANONICAL_UNSIGNED_STR if value.__class__ is str else _CANONICAL_UNSIGNED).fullmatch(value)
     if m is not None:
         g, d, c, k, h = m.groups()
         gat, class_, fanout, hop = int(g), int(c), int(k), int(h)
         deadline = NEVER if d is None else int(d)
         if gat <= _U64 and deadline < NEVER and class_ <= _U8 and fanout <= _U32 and hop <= _U8:
-            return Decoded(Context(gat, deadline, class_, fanout, hop))
+            # Every field is checked above, so the dataclasses' own checks (which cost more
+            # than the whole decode) and their frozen per-field setattr are skipped.
+            ctx = _new_object(Context)
+            ctx.__dict__.update(gat=gat, deadline=deadline, class_=class_, fanout=fanout, hop=hop)
+            decoded = _new_object(Decoded)
+            decoded.__dict__.update(context=ctx, key_id=None, tag=None)
+            return decoded
         # Out of range: the walk below names the field.
+    s = as_bytes(value)
     if len(s) > MAX_LEN:
         raise WireError("too_long")
     if not s:

@@ -38,7 +38,7 @@ import threading
 import time
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Iterator, List, Optional, Tuple
+from typing import Any, AsyncIterator, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from ._codec import NEVER, Context
 
@@ -125,13 +125,16 @@ class _Queue:
     def arrive(self, ctx: Context, wake: object) -> Optional[_Waiter]:
         """None: admitted now. Else the waiter to sleep on. Raises Shed."""
         st = self.stats
-        if self._expired(ctx, self.clock()):
-            st.shed_deadline += 1
-            raise Shed(SHED_DEADLINE, f"deadline passed {self.clock() - ctx.deadline} ns before admission")
-        if st.running < self.c and self.queued == 0:
+        if self.shed_expired and ctx.deadline != NEVER:
+            now = self.clock()
+            if now > ctx.deadline:
+                st.shed_deadline += 1
+                raise Shed(SHED_DEADLINE, f"deadline passed {now - ctx.deadline} ns before admission")
+        if st.running < self.c and self.queued == 0:  # the uncontended path: counters only
             st.running += 1
             st.admitted += 1
-            st.max_running = max(st.max_running, st.running)
+            if st.running > st.max_running:
+                st.max_running = st.running
             return None
         if self.queued >= self.max_queue:
             st.shed_queue_full += 1
@@ -164,9 +167,12 @@ class _Queue:
         st.waiting = self.queued
         return woken
 
-    def leave(self) -> List[_Waiter]:
-        self.stats.running -= 1
-        self.stats.completed += 1
+    def leave(self) -> Sequence[_Waiter]:
+        st = self.stats
+        st.running -= 1
+        st.completed += 1
+        if not self.heap:  # nobody waits (also no cancelled leftovers): nothing to dispatch
+            return ()
         return self.dispatch()
 
     def cancel(self, w: _Waiter) -> List[_Waiter]:

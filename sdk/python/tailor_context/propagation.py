@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, List, MutableMapping, Optional, Tuple, Union
 
 from ._baggage import BAGGAGE_HEADER, baggage_with, extract
-from ._clamp import EdgeRoute, clamp
+from ._clamp import UNCLAMPED, EdgeRoute, clamp
 from ._codec import HEADER, NEVER, Context, encode
 from ._errors import WireError
 from ._stats import Stats
@@ -85,7 +85,8 @@ class ContextConfig:
                 return Context.stamped(now)
             return Context(now, min(now + max(remaining, 0), NEVER - 1))
         ctx, clamped = clamp(decoded.context, now, self.max_age_ns)
-        self.stats.record_clamp(clamped)
+        if clamped is not UNCLAMPED:  # the honest case counts nothing
+            self.stats.record_clamp(clamped)
         return ctx
 
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable, Optional
 
+from ._baggage import BAGGAGE_HEADER
+from ._codec import HEADER
 from .gate import Shed
 from .propagation import _CURRENT, ContextConfig, ServerSide, context_headers
 
@@ -31,11 +33,16 @@ _ENV_NAMES = {"tailor-context": "HTTP_TAILOR_CONTEXT", "baggage": "HTTP_BAGGAGE"
 
 
 class _Held:
-    """The app's response iterable; closing it frees the slot and ends the current context."""
+    """The app's response iterable; closing it frees the slot and ends the current
+    context (once). Holds what to undo instead of a closure: one object per request."""
 
-    def __init__(self, result: Iterable[bytes], done: Callable[[], None]) -> None:
+    __slots__ = ("_result", "_gate", "_ticket", "_token")
+
+    def __init__(self, result: Iterable[bytes], gate: Any, ticket: Any, token: Any) -> None:
         self._result = result
-        self._done: Optional[Callable[[], None]] = done
+        self._gate = gate
+        self._ticket = ticket
+        self._token = token
 
     def __iter__(self):
         return iter(self._result)
@@ -46,9 +53,20 @@ class _Held:
             if close is not None:
                 close()
         finally:
-            done, self._done = self._done, None
-            if done is not None:
-                done()
+            self.done()
+
+    def done(self) -> None:
+        token, self._token = self._token, None
+        if token is None:
+            return
+        try:
+            if self._gate is not None:
+                self._gate.leave(self._ticket)
+        finally:
+            try:
+                _CURRENT.reset(token)
+            except ValueError:  # closed from another thread than it was called on
+                pass
 
 
 class TailorWSGI(ServerSide):
@@ -63,7 +81,14 @@ class TailorWSGI(ServerSide):
         self.app = app
 
     def __call__(self, environ: dict, start_response):
-        carried = [(name, environ[key]) for name, key in _ENV_NAMES.items() if key in environ]
+        # The two carriers, by their environ keys (no scan of every header).
+        get = environ.get
+        ctx_value, baggage = get("HTTP_TAILOR_CONTEXT"), get("HTTP_BAGGAGE")
+        carried = []
+        if ctx_value is not None:
+            carried.append((HEADER, ctx_value))
+        if baggage is not None:
+            carried.append((BAGGAGE_HEADER, baggage))
         ctx = self.config.incoming(carried, self.clock())
         if self.config.edge is not None:
             for name, value in context_headers(ctx, environ.get("HTTP_BAGGAGE")):
@@ -87,19 +112,10 @@ class TailorWSGI(ServerSide):
                 )
                 return [body]
 
-        def done() -> None:
-            try:
-                if gate is not None:
-                    gate.leave(ticket)
-            finally:
-                try:
-                    _CURRENT.reset(token)
-                except ValueError:  # closed from another thread than it was called on
-                    pass
-
+        held = _Held(None, gate, ticket, token)
         try:
-            result = self.app(environ, start_response)
+            held._result = self.app(environ, start_response)
         except BaseException:
-            done()
+            held.done()
             raise
-        return _Held(result, done)
+        return held

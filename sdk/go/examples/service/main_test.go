@@ -66,3 +66,33 @@ func TestTwoTiersCarryTheEdgeStamp(t *testing.T) {
 		t.Fatalf("bad work_us: %d", r.StatusCode)
 	}
 }
+
+// The chain convention: value -demand-index of tailor-demand-us is this tier's
+// demand, the header goes on downstream, and tailor-seen-gat lists every tier's GAT.
+func TestTheDemandHeaderAndTheSeenGATsOfAChain(t *testing.T) {
+	hop := start(t, "-demand-index", "1", "-c", "0")
+	edge := start(t, "-edge", "-downstream", hop+"/")
+	get := func(demand string) *http.Response {
+		req, _ := http.NewRequest("GET", edge+"/", nil)
+		req.Header.Set("tailor-demand-us", demand)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	resp := get("200,300")
+	seen := strings.Split(resp.Header.Get("tailor-seen-gat"), ",")
+	if resp.StatusCode != 200 || len(seen) != 2 || seen[0] != seen[1] || seen[0] == "" {
+		t.Fatalf("%d, tailor-seen-gat %q", resp.StatusCode, resp.Header.Get("tailor-seen-gat"))
+	}
+	// The hop has no value at index 1 here: it answers 400, the edge 502.
+	if resp := get("200"); resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("a demand list too short for the hop: %d", resp.StatusCode)
+	}
+	if resp := get("x"); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a malformed demand: %d", resp.StatusCode)
+	}
+}
