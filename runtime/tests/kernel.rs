@@ -1070,3 +1070,50 @@ fn a_host_agent_stopping_restores_a_namespaced_thread_mid_job() {
     assert!(rest.iter().any(|l| l == "AFTER AGENT SCHED_OTHER/0"), "restored mid-job: {rest:?}");
     assert_eq!(host_policies(&decoys), before, "host threads with the pod's ids were never touched");
 }
+
+#[test]
+fn dropping_the_scheduler_restores_and_ends_its_idle_pool_threads_at_once() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    require_kernel!();
+    let path = table_path("drop");
+    let _file = TableFile(path.clone());
+    let agent = InProcessAgent::start(agent_config(&path, PolicySpec::Gfifo));
+    // Pool threads that would idle for an hour: only the drop can end them in time.
+    let sched = Scheduler::with_options(
+        BackendSpec::kernel(&path),
+        SchedulerOptions { log: false, idle_retire_ms: 3_600_000, ..Default::default() },
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let jobs: Vec<_> = (0..3u64)
+        .map(|i| {
+            sched.spawn(Context::stamped(1_000 + i), |_| {
+                cpu::burn_cpu(2_000_000);
+                sys::gettid()
+            })
+        })
+        .collect();
+    let mut tids: Vec<i32> = jobs.into_iter().map(|j| rt.block_on(j).expect("job ran")).collect();
+    tids.sort_unstable();
+    tids.dedup();
+    // Idle now, at the I/O level above the band (raised by their spawner).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tids.iter().all(|&t| sys::get_policy(t).ok().map(|p| p.base()) != Some(libc::SCHED_FIFO)) {
+        assert!(Instant::now() < deadline, "no pool thread ever idled above the band: {tids:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(sched);
+    let dropped = Instant::now();
+    let alive = |t: i32| Path::new(&format!("/proc/self/task/{t}")).exists();
+    while tids.iter().any(|&t| alive(t)) {
+        for &t in &tids {
+            if let Ok(p) = sys::get_policy(t) {
+                assert_ne!(p.base(), libc::SCHED_FIFO, "thread {t} still raised after the drop");
+            }
+        }
+        assert!(dropped.elapsed() < Duration::from_secs(5), "idle pool threads did not end after the drop: {tids:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    eprintln!("drop: {} pool threads restored and ended in {:.1} ms", tids.len(), dropped.elapsed().as_secs_f64() * 1e3);
+    agent.stop();
+}
