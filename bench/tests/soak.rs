@@ -65,11 +65,10 @@ fn chain_under_the_kernel_backend_does_not_grow() {
     check(&report);
 }
 
-// Known defect, measured (docs/failure-modes.md, "Soak"): the handler's descriptors and RSS
-// grow at load (49 -> 736 fds, 6 -> 41 MB in one minute; 326 MB after 20 minutes). Run it
-// with `--ignored` while fixing that; it fails today.
+// Guards the fix of the handler's connection pool (docs/failure-modes.md, "Soak"): without a
+// pool timer its idle connections to the task servers were never closed, and descriptors and
+// RSS grew with every new peak of concurrency.
 #[test]
-#[ignore = "the fan-out handler's fds and RSS grow under load: an open defect (docs/failure-modes.md, Soak)"]
 fn fanout_handler_at_load_does_not_grow() {
     let config = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fanout/configs/exp-two-class.toml");
     let s = FanoutSoak { config, scheme: tailor_fanout::Scheme::TfEdfq, load: 0.2, timing: timing() };

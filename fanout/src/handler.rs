@@ -33,10 +33,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::Empty;
+use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tailor_core::dist::Cdf;
 use tailor_core::latency::LatencyHistogram;
 use tailor_core::pick::DistinctPicker;
@@ -59,6 +59,23 @@ use crate::server::{ARRIVED_AT, DEQUEUED_AT, MISSED, QUEUE_NS, SERVICE_NS, WORK_
 fn tasks_ahead(outstanding: &BTreeMap<Nanos, u32>, key: Nanos) -> u32 {
     outstanding.range(..=key).map(|(_, &c)| c).sum()
 }
+
+/// How long a connection to a task server may sit unused in the client's pool before it is
+/// closed (checked as often: a surplus connection lives at most twice this). Under steady load
+/// the pool reuses the most recently returned connections, so only what a burst opened beyond
+/// the usual concurrency idles, and it goes within seconds instead of holding two descriptors
+/// (both ends are on this host) and both ends' buffers until the handler exits. Reopening one
+/// on loopback costs a connect, ~0.1 ms, against tasks of milliseconds.
+const POOL_IDLE: Duration = Duration::from_secs(5);
+
+/// Idle connections kept per task server at most: a task server serves one task at a time, so
+/// more than this many of its tasks at once only happen in a burst, whose extra connections are
+/// closed as they come back instead of being pooled.
+const POOL_MAX_IDLE_PER_SERVER: usize = 64;
+
+/// A task server's answer body is empty, or one line saying why it refused; more is cut off
+/// as an error rather than buffered.
+const MAX_TASK_BODY: usize = 4096;
 
 /// Sub-streams of a query's seed ([`QuerySpec::seed`]): one for its servers,
 /// one per server for that task's work, so neither shifts the other.
@@ -578,9 +595,14 @@ impl Handler {
         } else {
             Vec::new()
         };
+        // The timer is what makes the idle timeout act: without one hyper-util only drops an
+        // expired connection when a checkout pops it, and checkouts pop the most recently
+        // returned, so the surplus a burst opened stayed open for good (docs/failure-modes.md,
+        // "Soak").
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(1024)
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(POOL_IDLE)
+            .pool_max_idle_per_host(POOL_MAX_IDLE_PER_SERVER)
             .build_http();
         Ok(Arc::new(Handler {
             learned: (0..n).map(|_| Mutex::new(LatencyHistogram::new())).collect(),
@@ -1293,12 +1315,20 @@ impl Handler {
             req = req.header(WORK_SEED, seed);
         }
         let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
-        let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
-        if !resp.status().is_success() {
-            return Err(format!("HTTP {}", resp.status()));
+        let (resp, body) = self.client.request(req).await.map_err(|e| e.to_string())?.into_parts();
+        // Read to its end (bounded): a connection goes back to the pool only once its response
+        // is complete, and one whose body is dropped unread is closed, so an error answer (a
+        // full queue's 503 has a body) would cost a reconnect.
+        let body = Limited::new(body, MAX_TASK_BODY)
+            .collect()
+            .await
+            .map_err(|e| format!("HTTP {}: reading the response body: {e}", resp.status))?
+            .to_bytes();
+        if !resp.status.is_success() {
+            return Err(format!("HTTP {}: {}", resp.status, String::from_utf8_lossy(&body).trim()));
         }
         let num = |name: &str| -> Nanos {
-            resp.headers().get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).unwrap_or(0)
+            resp.headers.get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).unwrap_or(0)
         };
         Ok(TaskReply {
             queue_ns: num(QUEUE_NS),
