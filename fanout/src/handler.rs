@@ -61,12 +61,14 @@ fn tasks_ahead(outstanding: &BTreeMap<Nanos, u32>, key: Nanos) -> u32 {
 }
 
 /// How long a connection to a task server may sit unused in the client's pool before it is
-/// closed (checked as often: a surplus connection lives at most twice this). Under steady load
-/// the pool reuses the most recently returned connections, so only what a burst opened beyond
-/// the usual concurrency idles, and it goes within seconds instead of holding two descriptors
-/// (both ends are on this host) and both ends' buffers until the handler exits. Reopening one
-/// on loopback costs a connect, ~0.1 ms, against tasks of milliseconds.
-const POOL_IDLE: Duration = Duration::from_secs(5);
+/// closed (checked as often: a surplus connection lives at most twice this). Each task queued at
+/// a server holds a connection, and under steady load the pool reuses the most recently returned
+/// ones, so only what a burst opened beyond the usual concurrency idles: a stalled handler on a
+/// loaded machine sends the arrivals it held up at once and opens hundreds. They now go within
+/// seconds instead of holding a descriptor (two when the servers share the host) and buffers
+/// until the handler exits. Reopening one on loopback costs a connect, ~0.1 ms, against tasks
+/// of milliseconds.
+const POOL_IDLE: Duration = Duration::from_secs(2);
 
 /// Idle connections kept per task server at most: a task server serves one task at a time, so
 /// more than this many of its tasks at once only happen in a burst, whose extra connections are
@@ -404,9 +406,10 @@ impl Drop for Outstanding {
 
 /// A task's place in a central queue while it waits or runs. Dropped before its result came
 /// back (its query timed out or was dropped), it takes the task out: a waiting one leaves the
-/// queue (and admission control's count of announced tasks), a released one frees its server
-/// for the next. Without this a task aborted after its release would hold its server's queue
-/// forever. `id` is `JobId::MAX` once the task has completed normally.
+/// queue and admission control's count of announced tasks (with no outcome: it never ran; a
+/// miss if its deadline had passed, counted then), a released one frees its server for the
+/// next. Without this a task aborted after its release would hold its server's queue forever.
+/// `id` is `JobId::MAX` once the task has completed normally.
 struct CentralSlot {
     handler: Arc<Handler>,
     server: usize,
@@ -422,8 +425,11 @@ impl Drop for CentralSlot {
         let h = &self.handler;
         if self.announced {
             if let Some(a) = &h.admission {
-                // Counted as late at its deadline if that passed; taken off the announced list either way.
-                a.of(self.server).task_dequeued(wall_ns(), self.deadline);
+                // Not an on-time outcome: counting the tasks of failed queries as met deadlines
+                // diluted the miss ratio (a dead server fails its queries at once and their
+                // siblings leave the queues here), and a burst on the healthy servers could
+                // then go unrejected (docs/failure-modes.md, "Soak").
+                a.of(self.server).task_withdrawn(wall_ns(), self.deadline);
             }
         }
         if self.id == JobId::MAX {
@@ -1068,9 +1074,9 @@ impl Handler {
     /// A query's timeout: its unanswered tasks count as missed for admission control (they
     /// were not back by their deadline, which lies before the timeout) unless counted at
     /// dispatch already (predicted), and the error names their servers. Centrally queued, a
-    /// task released on time had its outcome counted at release: the hung server's silence is
-    /// one more (missed) outcome, which is what lets the ratio see a server that takes tasks
-    /// and never answers.
+    /// task released on time has its outcome counted with its result: the hung server's
+    /// silence is that outcome (missed), which is what lets the ratio see a server that takes
+    /// tasks and never answers.
     fn timed_out(&self, servers: &[usize], answered: &[bool], predicted: &[bool], fanned_at: Nanos) -> QueryError {
         let pending: Vec<usize> = (0..servers.len()).filter(|&i| !answered[i]).collect();
         self.stats.task_errors.fetch_add(pending.len() as u64, Ordering::Relaxed);
@@ -1122,6 +1128,7 @@ impl Handler {
         let queued_at = Instant::now();
         let central = self.cfg.queuing == Queuing::Central;
         let mut missed_here = false;
+        let mut count_on_result = false;
         let mut job_id = None;
         // Central queuing: undoes the queue entry if this task is dropped (query timeout).
         let mut guard: Option<CentralSlot> = None;
@@ -1155,8 +1162,11 @@ impl Handler {
                 g.released = true;
                 g.announced = false;
             }
+            // Released: late if its deadline passed in the queue (counted then). An on-time
+            // release is counted once the server answers, as at-server queuing counts results:
+            // a task released to a dead server fails at once and met no deadline.
             if let Some(a) = self.admission.as_ref().filter(|_| !known_missed) {
-                a.of(s).task_dequeued(now, ctx.deadline);
+                count_on_result = !a.of(s).task_withdrawn(now, ctx.deadline);
             }
         }
         let sent = Instant::now();
@@ -1208,6 +1218,12 @@ impl Handler {
             // At-server queuing: the miss is piggybacked on the result (§III.C).
             if let Some(a) = &self.admission {
                 a.of(s).record_task(wall_ns(), missed);
+            }
+        }
+        if count_on_result {
+            // Central queuing, released on time: the outcome of a task that ran.
+            if let Some(a) = &self.admission {
+                a.of(s).record_task(received_at, missed_here);
             }
         }
         self.stats.tasks.fetch_add(1, Ordering::Relaxed);
