@@ -33,10 +33,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::Empty;
+use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tailor_core::dist::Cdf;
 use tailor_core::latency::LatencyHistogram;
 use tailor_core::pick::DistinctPicker;
@@ -59,6 +59,25 @@ use crate::server::{ARRIVED_AT, DEQUEUED_AT, MISSED, QUEUE_NS, SERVICE_NS, WORK_
 fn tasks_ahead(outstanding: &BTreeMap<Nanos, u32>, key: Nanos) -> u32 {
     outstanding.range(..=key).map(|(_, &c)| c).sum()
 }
+
+/// How long a connection to a task server may sit unused in the client's pool before it is
+/// closed (checked as often: a surplus connection lives at most twice this). Each task queued at
+/// a server holds a connection, and under steady load the pool reuses the most recently returned
+/// ones, so only what a burst opened beyond the usual concurrency idles: a stalled handler on a
+/// loaded machine sends the arrivals it held up at once and opens hundreds. They now go within
+/// seconds instead of holding a descriptor (two when the servers share the host) and buffers
+/// until the handler exits. Reopening one on loopback costs a connect, ~0.1 ms, against tasks
+/// of milliseconds.
+const POOL_IDLE: Duration = Duration::from_secs(2);
+
+/// Idle connections kept per task server at most: a task server serves one task at a time, so
+/// more than this many of its tasks at once only happen in a burst, whose extra connections are
+/// closed as they come back instead of being pooled.
+const POOL_MAX_IDLE_PER_SERVER: usize = 64;
+
+/// A task server's answer body is empty, or one line saying why it refused; more is cut off
+/// as an error rather than buffered.
+const MAX_TASK_BODY: usize = 4096;
 
 /// Sub-streams of a query's seed ([`QuerySpec::seed`]): one for its servers,
 /// one per server for that task's work, so neither shifts the other.
@@ -387,9 +406,10 @@ impl Drop for Outstanding {
 
 /// A task's place in a central queue while it waits or runs. Dropped before its result came
 /// back (its query timed out or was dropped), it takes the task out: a waiting one leaves the
-/// queue (and admission control's count of announced tasks), a released one frees its server
-/// for the next. Without this a task aborted after its release would hold its server's queue
-/// forever. `id` is `JobId::MAX` once the task has completed normally.
+/// queue and admission control's count of announced tasks (with no outcome: it never ran; a
+/// miss if its deadline had passed, counted then), a released one frees its server for the
+/// next. Without this a task aborted after its release would hold its server's queue forever.
+/// `id` is `JobId::MAX` once the task has completed normally.
 struct CentralSlot {
     handler: Arc<Handler>,
     server: usize,
@@ -405,8 +425,11 @@ impl Drop for CentralSlot {
         let h = &self.handler;
         if self.announced {
             if let Some(a) = &h.admission {
-                // Counted as late at its deadline if that passed; taken off the announced list either way.
-                a.of(self.server).task_dequeued(wall_ns(), self.deadline);
+                // Not an on-time outcome: counting the tasks of failed queries as met deadlines
+                // diluted the miss ratio (a dead server fails its queries at once and their
+                // siblings leave the queues here), and a burst on the healthy servers could
+                // then go unrejected (docs/failure-modes.md, "Soak").
+                a.of(self.server).task_withdrawn(wall_ns(), self.deadline);
             }
         }
         if self.id == JobId::MAX {
@@ -578,9 +601,14 @@ impl Handler {
         } else {
             Vec::new()
         };
+        // The timer is what makes the idle timeout act: without one hyper-util only drops an
+        // expired connection when a checkout pops it, and checkouts pop the most recently
+        // returned, so the surplus a burst opened stayed open for good (docs/failure-modes.md,
+        // "Soak").
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(1024)
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(POOL_IDLE)
+            .pool_max_idle_per_host(POOL_MAX_IDLE_PER_SERVER)
             .build_http();
         Ok(Arc::new(Handler {
             learned: (0..n).map(|_| Mutex::new(LatencyHistogram::new())).collect(),
@@ -1046,9 +1074,9 @@ impl Handler {
     /// A query's timeout: its unanswered tasks count as missed for admission control (they
     /// were not back by their deadline, which lies before the timeout) unless counted at
     /// dispatch already (predicted), and the error names their servers. Centrally queued, a
-    /// task released on time had its outcome counted at release: the hung server's silence is
-    /// one more (missed) outcome, which is what lets the ratio see a server that takes tasks
-    /// and never answers.
+    /// task released on time has its outcome counted with its result: the hung server's
+    /// silence is that outcome (missed), which is what lets the ratio see a server that takes
+    /// tasks and never answers.
     fn timed_out(&self, servers: &[usize], answered: &[bool], predicted: &[bool], fanned_at: Nanos) -> QueryError {
         let pending: Vec<usize> = (0..servers.len()).filter(|&i| !answered[i]).collect();
         self.stats.task_errors.fetch_add(pending.len() as u64, Ordering::Relaxed);
@@ -1100,6 +1128,7 @@ impl Handler {
         let queued_at = Instant::now();
         let central = self.cfg.queuing == Queuing::Central;
         let mut missed_here = false;
+        let mut count_on_result = false;
         let mut job_id = None;
         // Central queuing: undoes the queue entry if this task is dropped (query timeout).
         let mut guard: Option<CentralSlot> = None;
@@ -1133,8 +1162,11 @@ impl Handler {
                 g.released = true;
                 g.announced = false;
             }
+            // Released: late if its deadline passed in the queue (counted then). An on-time
+            // release is counted once the server answers, as at-server queuing counts results:
+            // a task released to a dead server fails at once and met no deadline.
             if let Some(a) = self.admission.as_ref().filter(|_| !known_missed) {
-                a.of(s).task_dequeued(now, ctx.deadline);
+                count_on_result = !a.of(s).task_withdrawn(now, ctx.deadline);
             }
         }
         let sent = Instant::now();
@@ -1186,6 +1218,12 @@ impl Handler {
             // At-server queuing: the miss is piggybacked on the result (§III.C).
             if let Some(a) = &self.admission {
                 a.of(s).record_task(wall_ns(), missed);
+            }
+        }
+        if count_on_result {
+            // Central queuing, released on time: the outcome of a task that ran.
+            if let Some(a) = &self.admission {
+                a.of(s).record_task(received_at, missed_here);
             }
         }
         self.stats.tasks.fetch_add(1, Ordering::Relaxed);
@@ -1293,12 +1331,20 @@ impl Handler {
             req = req.header(WORK_SEED, seed);
         }
         let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
-        let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
-        if !resp.status().is_success() {
-            return Err(format!("HTTP {}", resp.status()));
+        let (resp, body) = self.client.request(req).await.map_err(|e| e.to_string())?.into_parts();
+        // Read to its end (bounded): a connection goes back to the pool only once its response
+        // is complete, and one whose body is dropped unread is closed, so an error answer (a
+        // full queue's 503 has a body) would cost a reconnect.
+        let body = Limited::new(body, MAX_TASK_BODY)
+            .collect()
+            .await
+            .map_err(|e| format!("HTTP {}: reading the response body: {e}", resp.status))?
+            .to_bytes();
+        if !resp.status.is_success() {
+            return Err(format!("HTTP {}: {}", resp.status, String::from_utf8_lossy(&body).trim()));
         }
         let num = |name: &str| -> Nanos {
-            resp.headers().get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).unwrap_or(0)
+            resp.headers.get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).unwrap_or(0)
         };
         Ok(TaskReply {
             queue_ns: num(QUEUE_NS),

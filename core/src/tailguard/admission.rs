@@ -193,6 +193,19 @@ impl AdmissionController {
         self.push(self.now, now > deadline);
     }
 
+    /// An announced task with queuing deadline `deadline` stops being announced at `now`
+    /// without an outcome of its own: it was dropped from its queue (its query had failed), or
+    /// its outcome is reported later with [`Self::record_task`] (once it is known to have run).
+    /// Returns whether its deadline had already passed, so that it was counted as missed then.
+    pub fn task_withdrawn(&mut self, now: Nanos, deadline: Nanos) -> bool {
+        self.advance(now);
+        if take_one(&mut self.late, deadline) {
+            return true;
+        }
+        take_one(&mut self.pending, deadline);
+        false
+    }
+
     /// A task was dequeued at `now`; `missed` if that was after its deadline.
     /// For callers that do not announce queued tasks: the miss counts at dequeue.
     pub fn record_task(&mut self, now: Nanos, missed: bool) {
@@ -318,6 +331,19 @@ mod tests {
         // Exponential 1 ms: the p99 lies above the mean and grows with the queue.
         let (a, b) = (queue_wait_quantile(4, 1, 1e6, 1e12, 0.99), queue_wait_quantile(8, 1, 1e6, 1e12, 0.99));
         assert!(a > 3_500_000 && b > a, "{a} {b}");
+    }
+
+    /// A withdrawn task adds no outcome: a miss if it was late already, nothing otherwise.
+    #[test]
+    fn a_withdrawn_task_counts_only_the_miss_its_deadline_already_made() {
+        let ms = NANOS_PER_MILLI;
+        let mut ac = AdmissionController::new(0.5, 1000 * ms).unwrap();
+        ac.task_queued(0, 10 * ms, 2);
+        assert!(!ac.task_withdrawn(5 * ms, 10 * ms), "on time so far");
+        assert_eq!((ac.window_len(5 * ms), ac.queued()), (0, 1));
+        assert!(ac.task_withdrawn(20 * ms, 10 * ms), "late at 10 ms, counted then");
+        assert_eq!((ac.window_len(20 * ms), ac.queued()), (1, 0));
+        assert_eq!(ac.miss_ratio(20 * ms), 1.0);
     }
 
     #[test]
