@@ -1,5 +1,5 @@
 //! `tailor bench ladder`: probe latency under 0/1/2/4/8 best-effort spinners, stock vs the node
-//! agent enforcing (issue 6; docs/node.md).
+//! tier agent enforcing (docs/node.md).
 
 use std::path::PathBuf;
 
@@ -7,13 +7,18 @@ use clap::Args;
 use tailor_node::ladder::{self, LadderOptions};
 use tailor_node::NodeConfig;
 
+use crate::output::{print_json, OutputArg};
+use crate::progress::Reporter;
+
 #[derive(Args)]
 pub struct LadderArgs {
+    #[command(flatten)]
+    output: OutputArg,
     /// Short windows (about 1 minute in all) instead of the default (about 3 minutes).
     #[arg(long)]
     quick: bool,
     /// Directory for ladder.json, ladder.md and ladder.svg.
-    #[arg(long, default_value = "out/ladder")]
+    #[arg(long, default_value = "target/tailor-ladder")]
     out: PathBuf,
     /// Repetitions per step and arm.
     #[arg(long)]
@@ -54,9 +59,14 @@ pub fn main(args: LadderArgs) -> Result<(), String> {
         opts.config = Some(NodeConfig::load(path).map_err(|e| e.to_string())?);
     }
     opts.helper = Some(crate::node::self_command()?);
-    let report = ladder::run(&opts, |line| eprintln!("{line}"))?;
-    print!("{}", ladder::table(&report));
-    for path in ladder::write_outputs(&report, &args.out)? {
+    let report = ladder::run(&opts, &Reporter::new())?;
+    let written = ladder::write_outputs(&report, &args.out)?;
+    if args.output.json() {
+        print_json(&serde_json::to_value(&report).map_err(|e| e.to_string())?);
+    } else {
+        print!("{}", ladder::table(&report));
+    }
+    for path in written {
         eprintln!("wrote {}", path.display());
     }
     Ok(())

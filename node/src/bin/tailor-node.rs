@@ -1,98 +1,26 @@
-//! `tailor-node`: the node agent on its own (the same commands as `tailor node ...`), plus the
-//! ladder's helper processes. The integration tests drive this binary.
+//! `tailor-node`: the node tier agent on its own (the same commands as `tailor node …`), plus
+//! the ladder's helper processes. The integration tests drive this binary.
 
-use std::path::PathBuf;
+use clap::Parser;
+use tailor_node::cli::{self, NodeCommand};
+use tailor_node::runner::AgentCommand;
 
-use tailor_node::runner::{self, AgentCommand};
-use tailor_node::{Capabilities, NodeConfig};
-
-const USAGE: &str = "usage: tailor-node run --config FILE [--heartbeat] | supervise --config FILE | \
-                     safe-mode --config FILE [--off] | probe | example | \
-                     ladder [--quick] [--out DIR] [--rate R] [--service-us U] [--workers N] [--reps N]";
-
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(sub) = args.first().cloned() else {
-        eprintln!("{USAGE}");
-        std::process::exit(2);
-    };
-    let rest = &args[1..];
-    if let Some(result) = tailor_node::ladder::probe::helper_main(&sub, rest) {
-        exit(result);
-    }
-    let config_path = || -> Result<PathBuf, String> {
-        rest.iter()
-            .position(|a| a == "--config")
-            .and_then(|i| rest.get(i + 1))
-            .map(PathBuf::from)
-            .ok_or_else(|| format!("{sub}: --config FILE is required"))
-    };
-    let load = || -> Result<NodeConfig, String> { NodeConfig::load(&config_path()?).map_err(|e| e.to_string()) };
-    let result = match sub.as_str() {
-        "run" => {
-            load().and_then(|c| runner::run(c, rest.iter().any(|a| a == "--heartbeat")).map_err(|e| e.to_string()))
-        }
-        "supervise" => config_path().and_then(|p| {
-            let program = std::env::current_exe().map_err(|e| e.to_string())?;
-            runner::supervise(&p, AgentCommand { program, prefix: Vec::new() }).map_err(|e| e.to_string())
-        }),
-        "safe-mode" => load().and_then(|c| {
-            let msg = runner::safe_mode(&c, rest.iter().any(|a| a == "--off")).map_err(|e| e.to_string())?;
-            println!("{msg}");
-            Ok(())
-        }),
-        "ladder" => {
-            let mut opts = if rest.iter().any(|a| a == "--quick") {
-                tailor_node::ladder::LadderOptions::quick()
-            } else {
-                tailor_node::ladder::LadderOptions::standard()
-            };
-            let value = |k: &str| rest.iter().position(|a| a == k).and_then(|i| rest.get(i + 1));
-            if let Some(v) = value("--rate").and_then(|v| v.parse().ok()) {
-                opts.rate_per_s = v;
-            }
-            if let Some(v) = value("--service-us").and_then(|v| v.parse().ok()) {
-                opts.service_us = v;
-            }
-            if let Some(v) = value("--workers").and_then(|v| v.parse().ok()) {
-                opts.workers = v;
-            }
-            if let Some(v) = value("--reps").and_then(|v| v.parse().ok()) {
-                opts.reps = v;
-            }
-            if let Some(v) = value("--steps") {
-                opts.steps = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-            }
-            if let Some(v) = value("--window-s").and_then(|v| v.parse().ok()) {
-                opts.window_s = v;
-            }
-            let out = PathBuf::from(value("--out").map(|s| s.as_str()).unwrap_or("out/ladder"));
-            std::env::current_exe().map_err(|e| e.to_string()).and_then(|program| {
-                opts.helper = Some(AgentCommand { program, prefix: Vec::new() });
-                let report = tailor_node::ladder::run(&opts, |l| eprintln!("{l}"))?;
-                print!("{}", tailor_node::ladder::table(&report));
-                tailor_node::ladder::write_outputs(&report, &out).map(|_| ())
-            })
-        }
-        "probe" => {
-            println!("{}", Capabilities::probe());
-            Ok(())
-        }
-        "example" => {
-            print!("{}", tailor_node::config::EXAMPLE);
-            Ok(())
-        }
-        _ => Err(format!("unknown command {sub:?}; {USAGE}")),
-    };
-    exit(result);
+/// The node tier agent: fences best-effort load away from latency-critical work (docs/node.md).
+/// Not the kernel scheduler agent (`tailor scheduler`).
+#[derive(Parser)]
+#[command(name = "tailor-node", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: NodeCommand,
 }
 
-fn exit(result: Result<(), String>) -> ! {
-    match result {
-        Ok(()) => std::process::exit(0),
-        Err(e) => {
-            eprintln!("tailor-node: {e}");
-            std::process::exit(2);
-        }
+fn main() {
+    let cli = Cli::parse();
+    let result = std::env::current_exe()
+        .map_err(|e| format!("locating this binary: {e}"))
+        .and_then(|program| cli::run(cli.command, AgentCommand { program, prefix: Vec::new() }));
+    if let Err(e) = result {
+        eprintln!("tailor-node: {e}");
+        std::process::exit(2);
     }
 }

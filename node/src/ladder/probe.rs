@@ -243,34 +243,3 @@ pub fn spinner() -> std::io::Result<()> {
     println!("iterations {}", iterations * 4096);
     Ok(())
 }
-
-/// Entry point for the helper subcommands; `None` if `sub` is not one of them.
-pub fn helper_main(sub: &str, args: &[String]) -> Option<Result<(), String>> {
-    let get = |key: &str| -> Option<&str> {
-        args.iter().position(|a| a == key).and_then(|i| args.get(i + 1)).map(|s| s.as_str())
-    };
-    let num = |key: &str, default: f64| -> Result<f64, String> {
-        get(key).map(|v| v.parse::<f64>().map_err(|_| format!("{key} {v:?}: not a number"))).unwrap_or(Ok(default))
-    };
-    let io = |r: std::io::Result<()>| r.map_err(|e| format!("{sub}: {e}"));
-    Some(match sub {
-        "probe-server" => num("--workers", 4.0).and_then(|w| io(probe_server(w as usize))),
-        "spinner" => io(spinner()),
-        "load-client" => (|| {
-            let opts = ClientOptions {
-                port: num("--port", 0.0)? as u16,
-                rate_per_s: num("--rate", 1000.0)?,
-                duration: Duration::from_secs_f64(num("--seconds", 2.0)?),
-                warmup: Duration::from_secs_f64(num("--warmup", 0.5)?),
-                service_us: num("--service-us", 500.0)?,
-                exponential: get("--dist") == Some("exp"),
-                seed: num("--seed", 1.0)? as u64,
-            };
-            if opts.port == 0 || opts.rate_per_s <= 0.0 {
-                return Err("load-client: --port and a positive --rate are required".to_string());
-            }
-            io(load_client(&opts))
-        })(),
-        _ => return None,
-    })
-}
