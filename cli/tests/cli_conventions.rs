@@ -1,7 +1,7 @@
 //! The command line behaves like the tools users know: `--version` names the commit, every
 //! command has `--help`, bad flags and values are errors naming the flag, completions are valid
-//! shell, long runs print progress lines when stderr is not a terminal, and runs write under
-//! target/, never into the committed docs/.
+//! shell, and `-o json` prints one document. (Runs writing under target/, never into docs/:
+//! reproduce_cli.rs.)
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -128,89 +128,4 @@ fn json_output_is_one_document_on_stdout() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
     assert_eq!(v["schema"], "tailor.sim/v1");
-}
-
-/// A scenario and manifest small enough for a test (one M/D/1 figure).
-const SCENARIO: &str = r#"
-name = "md1"
-seed = 3
-requests = 5000
-warmup = 500
-[load]
-utilization = 0.5
-[[service]]
-name = "server"
-policy = { kind = "fifo" }
-service_time = { kind = "fixed", value_ms = 0.05 }
-"#;
-
-const MANIFEST: &str = r#"
-title = "Tiny reproduction"
-[[paper]]
-id = "tales"
-title = "Tales of the Tail (Li et al., SoCC '14)"
-[[figure]]
-id = "tiny"
-paper = "tales"
-title = "M/D/1"
-section = "§2.2"
-scenario = "md1.toml"
-loads = [0.5, 0.9]
-series = [ { label = "FIFO", policy = { kind = "fifo" } }, { label = "LIFO", policy = { kind = "lifo" } } ]
-plots = [ { metric = "p99_us" } ]
-"#;
-
-/// Every file under `dir` with its contents.
-fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push((p.clone(), std::fs::read(&p).unwrap()));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-#[test]
-fn a_default_reproduce_run_writes_under_target_and_never_touches_docs() {
-    let d = std::env::temp_dir().join(format!("tailor-cli-no-docs-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(d.join("seeds")).unwrap();
-    std::fs::create_dir_all(d.join("docs/reproduction")).unwrap();
-    std::fs::write(d.join("seeds/md1.toml"), SCENARIO).unwrap();
-    std::fs::write(d.join("seeds/reproduce.toml"), MANIFEST).unwrap();
-    std::fs::write(d.join("docs/reproduction.md"), "the committed reference page\n").unwrap();
-    std::fs::write(d.join("docs/reproduction/tiny-p99_us.svg"), "<svg/>\n").unwrap();
-    let before = snapshot(&d.join("docs"));
-    let repo_docs_before = snapshot(&repo().join("docs"));
-
-    for args in [
-        &["reproduce", "--manifest", "seeds/reproduce.toml"][..],
-        &["reproduce", "--quick", "--manifest", "seeds/reproduce.toml"],
-    ] {
-        let out = tailor_in(&d, args);
-        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
-        assert_eq!(snapshot(&d.join("docs")), before, "{args:?} changed docs/");
-        let md = std::fs::read_to_string(d.join("target/tailor-reproduce/reproduction.md")).unwrap();
-        assert!(md.contains("M/D/1"), "{md}");
-        // Progress lines, one per job, on stderr.
-        assert!(text(&out.stderr).contains("jobs: [1/"), "{}", text(&out.stderr));
-        // Each legend entry once in every plot written.
-        for (path, svg) in snapshot(&d.join("target/tailor-reproduce/reproduction")) {
-            let legend = tailor_sim::plot::legend_entries(&String::from_utf8(svg).unwrap()).expect("a legend");
-            let mut unique = legend.clone();
-            unique.sort();
-            unique.dedup();
-            assert_eq!(unique.len(), legend.len(), "{}: {legend:?}", path.display());
-        }
-    }
-    assert_eq!(snapshot(&repo().join("docs")), repo_docs_before, "the repository's docs/ changed");
-    std::fs::remove_dir_all(&d).ok();
 }

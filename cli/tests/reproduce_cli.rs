@@ -134,3 +134,57 @@ fn bad_manifests_name_the_file_and_the_problem() {
     }
     std::fs::remove_dir_all(&d).ok();
 }
+
+/// Every file under `dir` with its contents.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_default_reproduce_run_writes_under_target_and_never_touches_docs() {
+    let d = scratch("no-docs");
+    std::fs::create_dir_all(d.join("docs/reproduction")).unwrap();
+    std::fs::write(d.join("seeds/md1.toml"), SCENARIO).unwrap();
+    std::fs::write(d.join("seeds/reproduce.toml"), MANIFEST).unwrap();
+    std::fs::write(d.join("docs/reproduction.md"), "the committed reference page\n").unwrap();
+    std::fs::write(d.join("docs/reproduction/tiny-p99_us.svg"), "<svg/>\n").unwrap();
+    let before = snapshot(&d.join("docs"));
+    let repo_docs = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("docs");
+    let repo_docs_before = snapshot(&repo_docs);
+
+    for args in [
+        &["reproduce", "--manifest", "seeds/reproduce.toml"][..],
+        &["reproduce", "--quick", "--manifest", "seeds/reproduce.toml"],
+    ] {
+        let out = tailor(args, &d);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(snapshot(&d.join("docs")), before, "{args:?} changed docs/");
+        let md = std::fs::read_to_string(d.join("target/tailor-reproduce/reproduction.md")).unwrap();
+        assert!(md.contains("M/D/1 at two loads"), "{md}");
+        // Progress lines, one per job, on stderr.
+        assert!(String::from_utf8_lossy(&out.stderr).contains("jobs: [1/"), "{}", String::from_utf8_lossy(&out.stderr));
+        // Each legend entry once in every plot written.
+        for (path, svg) in snapshot(&d.join("target/tailor-reproduce/reproduction")) {
+            let legend = tailor_sim::plot::legend_entries(&String::from_utf8(svg).unwrap()).expect("a legend");
+            let mut unique = legend.clone();
+            unique.sort();
+            unique.dedup();
+            assert_eq!(unique.len(), legend.len(), "{}: {legend:?}", path.display());
+        }
+    }
+    assert_eq!(snapshot(&repo_docs), repo_docs_before, "the repository's docs/ changed");
+    std::fs::remove_dir_all(&d).ok();
+}
