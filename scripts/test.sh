@@ -7,5 +7,14 @@ cargo test --workspace --release --locked 2>&1
 # The Go and Python context codecs pass the same vectors as core
 # (testdata/context). -count=1 because go caches test results and does not
 # notice a change to the vectors, which live outside the Go module.
+# The Go SDK: the core module (codec, gate, net/http middleware, kernel
+# registration: its agent test uses target/release/tailor, which the cargo
+# test above builds) and its sub-modules, kept apart so that the core stays free
+# of grpc-go and OpenTelemetry (modules come from the Go module proxy).
 (cd sdk/go && go test -count=1 ./... 2>&1)
+(cd sdk/go/tailorgrpc && go test -count=1 ./... 2>&1)
+(cd sdk/go/tailorotel && go test -count=1 ./... 2>&1)
 python3 -m pytest -q sdk/python 2>&1
+# The Kubernetes chart and manifests: helm lint/template and API-schema validation
+# (skips with a message when helm or kubernetes-validate is missing, except in CI).
+bash scripts/k8s-validate.sh 2>&1

@@ -14,7 +14,7 @@ pub fn monotonic_ns() -> Nanos {
     read(libc::CLOCK_MONOTONIC)
 }
 
-/// CLOCK_REALTIME, ns since the Unix epoch: the edge's clock for GATs (DESIGN.md: GAT is wall-clock).
+/// CLOCK_REALTIME, ns since the Unix epoch: the edge's clock for GATs (docs/design.md: GAT is wall-clock).
 pub fn wall_ns() -> Nanos {
     read(libc::CLOCK_REALTIME)
 }

@@ -19,5 +19,6 @@ pub mod ideal;
 pub mod loadgen;
 pub mod predict;
 pub mod record;
+pub mod soak;
 pub mod tier;
 pub mod workload;

@@ -157,7 +157,7 @@ fn set_fifo_priority(priority: i32) {
     // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
     let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
     if rc != 0 {
-        eprintln!("tailor loadgen: cannot take SCHED_FIFO {priority}: {}", std::io::Error::last_os_error());
+        tracing::warn!(error = %std::io::Error::last_os_error(), "load generator cannot take SCHED_FIFO {priority}");
     }
 }
 

@@ -77,7 +77,7 @@ pub fn serve(cfg: TierConfig) -> Result<(), TierError> {
     // cannot starve the I/O that feeds it.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(io("tokio runtime"))?;
     if let Err(e) = sched.io_thread_started() {
-        eprintln!("tailor demo tier {index}: I/O thread keeps its policy: {e}");
+        tracing::warn!(tier = index, error = %e, "I/O thread keeps its policy");
     }
     let tier = Arc::new(Tier {
         index,
@@ -107,7 +107,7 @@ pub fn serve(cfg: TierConfig) -> Result<(), TierError> {
     sched.io_thread_stopped();
     let missing = tier.context_missing.load(Ordering::Relaxed);
     if missing > 0 && index > 0 {
-        eprintln!("tailor demo tier {index}: {missing} requests arrived without a valid context");
+        tracing::warn!(tier = index, missing, "requests arrived without a valid context");
     }
     result
 }
@@ -153,7 +153,7 @@ async fn handle(req: Request<Incoming>, tier: Arc<Tier>) -> Result<Response<Full
     };
     let now = wall_ns();
     let ctx = if tier.index == 0 {
-        // The edge never trusts an incoming context (DESIGN.md, "The wire format").
+        // The edge never trusts an incoming context (docs/design.md, "The context rides where services already forward things").
         Context::stamped(now)
     } else {
         match wire::extract(req.headers().iter().map(|(n, v)| (n.as_str(), v.as_bytes()))) {

@@ -46,9 +46,33 @@ pub struct AgentArgs {
     /// halted CPU's exit; released when the agent exits, however it exits).
     #[arg(long, default_value = "keep", value_parser = ["keep", "off"])]
     idle_states: String,
+    /// Run the agent as a supervised child: start a new one when it exits, or when its
+    /// heartbeat stands still for --hang-ms (hung). Services re-attach on their own
+    /// (docs/failure-modes.md).
+    #[arg(long)]
+    supervise: bool,
+    /// `--supervise`: an agent whose heartbeat stood still this long is killed and replaced.
+    #[arg(long, default_value_t = 1000)]
+    hang_ms: u64,
+    /// Serve Prometheus /metrics, /healthz and /readyz here (e.g. 127.0.0.1:9465); docs/observability.md.
+    #[arg(long, value_name = "ADDR")]
+    admin_addr: Option<std::net::SocketAddr>,
 }
 
 pub fn main(args: AgentArgs) -> Result<(), String> {
+    if args.supervise {
+        // The same command line without --supervise, as the child.
+        let child_args = std::env::args_os().skip(1).filter(|a| a != "--supervise").collect();
+        let cfg = kernel::supervise::SupervisorConfig {
+            program: std::env::current_exe().map_err(|e| format!("cannot find the tailor binary: {e}"))?,
+            args: child_args,
+            table: args.table,
+            hang_ms: args.hang_ms,
+        };
+        let report = kernel::supervise::supervise(&cfg, kernel::stop_on_signals()).map_err(|e| e.to_string())?;
+        eprintln!("tailor agent supervise: {report:?}");
+        return Ok(());
+    }
     let policy = kernel::policy_from_args(&args.policy, args.c, args.slice_us)
         .map_err(|e| format!("--policy {} (--c, --slice-us): {e}", args.policy))?;
     let cfg = AgentConfig {
@@ -89,7 +113,9 @@ pub fn main(args: AgentArgs) -> Result<(), String> {
         None
     };
     let stop = kernel::stop_on_signals();
-    let report = kernel::run_agent(&cfg, stop).map_err(|e| e.to_string())?;
+    let stats = kernel::AgentStats::new();
+    let _admin = args.admin_addr.map(|addr| kernel::agent_stats::serve(addr, &stats)).transpose()?;
+    let report = kernel::run_agent_with_stats(&cfg, stop, &stats).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_file(&cfg.table);
     eprintln!("tailor agent: stopped; {report:?}");
     Ok(())

@@ -9,11 +9,13 @@ mod ladder;
 mod node;
 mod output;
 mod progress;
+mod proxy;
 mod reproduce;
 mod sim;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use clap_complete::Shell;
+use tailor_telemetry::LogFormat;
 
 /// `tailor --version`: the crate version and the commit it was built from.
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("TAILOR_GIT_COMMIT"), ")");
@@ -24,6 +26,8 @@ const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("TAIL
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: tailor_telemetry::LogArgs,
 }
 
 #[derive(Subcommand)]
@@ -47,6 +51,8 @@ enum Command {
     /// policy through SCHED_FIFO levels (docs/runtime.md). Formerly `tailor agent`.
     #[command(visible_alias = "agent")]
     Scheduler(agent::AgentArgs),
+    /// Tailor in front of any HTTP/gRPC service: the edge and the sidecar proxy (docs/proxy.md).
+    Proxy(proxy::ProxyArgs),
     /// Print a shell completion script: `tailor completions bash > /etc/bash_completion.d/tailor`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -67,6 +73,12 @@ enum BenchCommand {
 
 fn main() {
     let cli = Cli::parse();
+    // The scheduler agent is a daemon: JSON log lines unless --log-format says otherwise.
+    let log_format = if matches!(cli.command, Command::Scheduler(_)) { LogFormat::Json } else { LogFormat::Text };
+    if let Err(e) = cli.log.init(log_format) {
+        eprintln!("tailor: {e}");
+        std::process::exit(2);
+    }
     let result = match cli.command {
         Command::Sim(args) => sim::main(args),
         Command::Reproduce(args) => reproduce::main(args),
@@ -80,6 +92,7 @@ fn main() {
             clap_complete::generate(shell, &mut Cli::command(), "tailor", &mut std::io::stdout());
             Ok(())
         }
+        Command::Proxy(args) => proxy::main(args),
     };
     if let Err(e) = result {
         eprintln!("tailor: {e}");

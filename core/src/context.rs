@@ -3,7 +3,7 @@
 
 use crate::time::{Nanos, NEVER};
 
-/// {GAT, deadline, class, fanout, hop} (DESIGN.md, "Concepts").
+/// {GAT, deadline, class, fanout, hop} (docs/design.md, "Concepts").
 ///
 /// Only edge clocks are ever compared: `gat` is stamped once, at the edge, and
 /// every later hop orders requests by it without needing clock sync.

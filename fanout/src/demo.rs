@@ -305,6 +305,8 @@ impl Loaded {
                 self.cfg.all_fanouts().iter().chain(sequential.into_iter().flatten()).copied().max().unwrap_or(1),
             ),
             seed: self.cfg.seed,
+            // A measurement: every query's latency counts, however long.
+            query_timeout_slos: None,
         }
     }
 
@@ -559,6 +561,43 @@ impl Probe {
     }
 }
 
+/// The runtime a real run's servers, handler and load generator share: two workers at nice −10,
+/// and so is the calling thread, where the load generator runs (`block_on`).
+pub fn probe_runtime() -> Result<tokio::runtime::Runtime, crate::Error> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .on_thread_start(|| {
+            crate::timer::raise_thread_priority();
+        })
+        .enable_all()
+        .build()
+        .map_err(|e| crate::Error::Io(e.to_string()))?;
+    crate::timer::raise_thread_priority();
+    Ok(rt)
+}
+
+/// The configuration's task servers on loopback, queuing as `scheme` does (FIFO at the servers
+/// when the handler queues centrally).
+pub async fn spawn_servers(
+    l: &Loaded,
+    scheme: Scheme,
+    timer: &Arc<PreciseTimer>,
+) -> Result<Vec<TaskServer>, crate::Error> {
+    let mut servers = Vec::new();
+    for (i, &(scale, _)) in l.server_shapes().iter().enumerate() {
+        let policy = if l.cfg.queuing == Queuing::Central { PolicySpec::Fifo } else { scheme.queue_policy() };
+        let cfg = TaskServerConfig {
+            policy,
+            service: l.service.clone(),
+            scale: scale * l.cfg.time_scale,
+            max_queue: 100_000,
+            seed: l.cfg.seed.wrapping_mul(1000).wrapping_add(i as u64),
+        };
+        servers.push(TaskServer::spawn(cfg, timer.clone(), "127.0.0.1:0".parse().expect("loopback")).await?);
+    }
+    Ok(servers)
+}
+
 /// Runs one probe on a fresh runtime: servers, handler, open-loop load.
 pub fn run_real(
     l: &Loaded,
@@ -581,31 +620,10 @@ pub fn run_real_with(
     measure: Duration,
     sequential: Option<(Vec<u32>, BudgetSplit)>,
 ) -> Result<Probe, crate::Error> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .on_thread_start(|| {
-            crate::timer::raise_thread_priority();
-        })
-        .enable_all()
-        .build()
-        .map_err(|e| crate::Error::Io(e.to_string()))?;
-    // The load generator runs on this thread (block_on): the workers' nice −10 too.
-    crate::timer::raise_thread_priority();
+    let rt = probe_runtime()?;
     rt.block_on(async {
         let timer = Arc::new(PreciseTimer::start().map_err(|e| crate::Error::Io(e.to_string()))?);
-        let shapes = l.server_shapes();
-        let mut servers = Vec::new();
-        for (i, &(scale, _)) in shapes.iter().enumerate() {
-            let policy = if l.cfg.queuing == Queuing::Central { PolicySpec::Fifo } else { scheme.queue_policy() };
-            let cfg = TaskServerConfig {
-                policy,
-                service: l.service.clone(),
-                scale: scale * l.cfg.time_scale,
-                max_queue: 100_000,
-                seed: l.cfg.seed.wrapping_mul(1000).wrapping_add(i as u64),
-            };
-            servers.push(TaskServer::spawn(cfg, timer.clone(), "127.0.0.1:0".parse().expect("loopback")).await?);
-        }
+        let servers = spawn_servers(l, scheme, &timer).await?;
         let handler = Handler::new(l.handler_config(
             scheme,
             servers.iter().map(|s| s.addr).collect(),
@@ -702,8 +720,8 @@ fn run_guarded(l: &Loaded, scheme: Scheme, load: f64, j: Judging) -> Result<Prob
             return Ok(p);
         }
         stalled += 1;
-        eprintln!(
-            "    (load {load:.3}, seed {}: a query stalled {:.0} ms outside queue and service; run again)",
+        tracing::warn!(
+            "load {load:.3}, seed {}: a query stalled {:.0} ms outside queue and service; run again",
             l.cfg.seed,
             worst as f64 / 1e6
         );

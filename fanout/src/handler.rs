@@ -209,6 +209,11 @@ pub struct HandlerConfig {
     /// before it replaces the offline CDF; see [`Handler::tail_samples`].
     pub min_samples: f64,
     pub seed: u64,
+    /// A query whose tasks are not all back within this many times its SLO ends with
+    /// [`QueryError::Timeout`] naming the servers that did not answer (a task server that
+    /// hangs must not hold queries, connections and bookkeeping without bound). `None`:
+    /// wait however long (measurement runs, where every latency counts).
+    pub query_timeout_slos: Option<f64>,
 }
 
 impl HandlerConfig {
@@ -293,6 +298,8 @@ pub enum QueryError {
     BadFanout { fanout: u32, servers: usize },
     #[error("task server {server}: {message}")]
     Task { server: SocketAddr, message: String },
+    #[error("no result from task server(s) {} within {waited_ms:.0} ms (the query timeout); the query ended without them", servers.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "))]
+    Timeout { servers: Vec<SocketAddr>, waited_ms: f64 },
     #[error("sequential request plan: {0}")]
     Plan(String),
 }
@@ -307,6 +314,8 @@ pub struct HandlerStats {
     pub tasks: AtomicU64,
     pub tasks_missed: AtomicU64,
     pub task_errors: AtomicU64,
+    /// Queries that ended at their timeout ([`HandlerConfig::query_timeout_slos`]).
+    pub timeouts: AtomicU64,
     pub planner_refreshes: AtomicU64,
     /// At the last refresh: servers planned with their own learned CDF, and with
     /// the pool's (the rest use the offline CDF).
@@ -355,6 +364,64 @@ struct CentralQueue {
     waiting: HashMap<JobId, oneshot::Sender<()>>,
     released: Option<JobId>,
     next_id: JobId,
+}
+
+/// A task's count in [`Handler::outstanding`], removed when the task ends however it ends.
+struct Outstanding {
+    handler: Arc<Handler>,
+    server: usize,
+    key: Nanos,
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        let mut out = self.handler.outstanding[self.server].lock().expect("outstanding poisoned");
+        if let Some(c) = out.get_mut(&self.key) {
+            *c -= 1;
+            if *c == 0 {
+                out.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// A task's place in a central queue while it waits or runs. Dropped before its result came
+/// back (its query timed out or was dropped), it takes the task out: a waiting one leaves the
+/// queue (and admission control's count of announced tasks), a released one frees its server
+/// for the next. Without this a task aborted after its release would hold its server's queue
+/// forever. `id` is `JobId::MAX` once the task has completed normally.
+struct CentralSlot {
+    handler: Arc<Handler>,
+    server: usize,
+    id: JobId,
+    deadline: Nanos,
+    /// Announced to admission control (`task_queued`) and not yet reported dequeued.
+    announced: bool,
+    released: bool,
+}
+
+impl Drop for CentralSlot {
+    fn drop(&mut self) {
+        let h = &self.handler;
+        if self.announced {
+            if let Some(a) = &h.admission {
+                // Counted as late at its deadline if that passed; taken off the announced list either way.
+                a.of(self.server).task_dequeued(wall_ns(), self.deadline);
+            }
+        }
+        if self.id == JobId::MAX {
+            return;
+        }
+        let mut q = h.central[self.server].lock().expect("central queue poisoned");
+        if self.released || q.released == Some(self.id) {
+            q.policy.complete(wall_ns(), self.id);
+            q.released = None;
+            h.release_next(&mut q);
+        } else {
+            // Still waiting: drop its sender; `release_next` completes it when its turn comes.
+            q.waiting.remove(&self.id);
+        }
+    }
 }
 
 pub struct Handler {
@@ -745,6 +812,11 @@ impl Handler {
         self.planner.lock().expect("planner poisoned").unloaded_tail(class, fanout)
     }
 
+    /// Task servers this handler sends to.
+    pub fn server_count(&self) -> usize {
+        self.cfg.servers.len()
+    }
+
     /// The miss ratio the admission controller sees now (0 without admission control;
     /// per server, the highest).
     pub fn miss_ratio(&self) -> f64 {
@@ -808,7 +880,8 @@ impl Handler {
             }
         }
         self.stats.admitted.fetch_add(1, Ordering::Relaxed);
-        let (missed, _, slowest) = self.fan_out_to(ctx, servers, q.seed).await?;
+        let until = self.timeout_after(started, slo_ns);
+        let (missed, _, slowest) = self.fan_out_to(ctx, servers, q.seed, until).await?;
         Ok(QueryOutcome {
             latency_ns: started.elapsed().as_nanos() as Nanos,
             budget_ns,
@@ -855,12 +928,14 @@ impl Handler {
             }
         }
         self.stats.admitted.fetch_add(1, Ordering::Relaxed);
+        let until = self.timeout_after(started, self.cfg.classes[class as usize].slo_ns);
         let (mut used, mut missed) = (0, 0);
         let mut queries = Vec::with_capacity(fanouts.len());
         for (i, &k) in fanouts.iter().enumerate() {
             let start = wall_ns();
             let d = plan.query_deadline(i, start, used);
-            let (m, pre, _) = self.fan_out(Context { gat: t0, deadline: d.at, class, fanout: k, hop: 1 }).await?;
+            let ctx = Context { gat: t0, deadline: d.at, class, fanout: k, hop: 1 };
+            let (m, pre, _) = self.fan_out(ctx, until).await?;
             queries.push(QueryDeadline { start_ns: start, deadline_ns: d.at, used_before_ns: used, used_ns: pre });
             missed += m;
             used += pre;
@@ -877,18 +952,30 @@ impl Handler {
     /// Dispatches `ctx.fanout` tasks with `ctx`'s deadline and waits for all.
     /// Returns (tasks that missed, the query's pre-dequeuing time: the longest
     /// time any of its tasks waited before being dequeued, the slowest task's timeline).
-    async fn fan_out(self: &Arc<Self>, ctx: Context) -> Result<(u32, Nanos, TaskTrace), QueryError> {
+    async fn fan_out(
+        self: &Arc<Self>,
+        ctx: Context,
+        until: Option<Instant>,
+    ) -> Result<(u32, Nanos, TaskTrace), QueryError> {
         let servers = self.pick_servers(ctx.class, ctx.fanout as usize, None);
-        self.fan_out_to(ctx, servers, None).await
+        self.fan_out_to(ctx, servers, None, until).await
+    }
+
+    /// When a query that started at `started` with SLO `slo_ns` times out, if it can.
+    fn timeout_after(&self, started: Instant, slo_ns: Nanos) -> Option<Instant> {
+        self.cfg.query_timeout_slos.map(|m| started + Duration::from_nanos((slo_ns as f64 * m).min(1e18) as u64))
     }
 
     /// [`Handler::fan_out`] to servers already picked. With the query's
     /// `seed`, each task carries a work seed derived from it and its server.
+    /// Ends at the first task error, or at `until` with [`QueryError::Timeout`]: the tasks
+    /// still running are aborted, and their guards undo what they had registered.
     async fn fan_out_to(
         self: &Arc<Self>,
         ctx: Context,
         servers: Vec<usize>,
         seed: Option<u64>,
+        until: Option<Instant>,
     ) -> Result<(u32, Nanos, TaskTrace), QueryError> {
         let header = wire::encode(&ctx);
         let now = wall_ns();
@@ -907,49 +994,94 @@ impl Handler {
         if let Some(a) = &self.admission {
             for (&s, &known) in servers.iter().zip(&predicted) {
                 let mut a = a.of(s);
+                // Centrally queued tasks are announced by `run_task` as they join the queue.
                 if known {
                     a.record_task(now, true);
-                } else if self.cfg.queuing == Queuing::Central {
-                    a.task_queued(now, ctx.deadline, 1);
                 }
             }
         }
         let mut set = tokio::task::JoinSet::new();
-        for (s, known) in servers.into_iter().zip(predicted) {
+        for (i, (&s, &known)) in servers.iter().zip(&predicted).enumerate() {
             let h = self.clone();
             let work_seed = seed.map(|q| Rng::derive(q, WORK_STREAM + s as u64).next_u64());
+            // Made here and moved in: dropped however the task ends, with its result or aborted
+            // with the query, even before it first ran (a sibling's error aborts it unpolled).
+            let outstanding = Outstanding { handler: h.clone(), server: s, key };
             set.spawn(async move {
-                let r = h.run_task(s, ctx, header, work_seed, known, now).await;
-                let mut out = h.outstanding[s].lock().expect("outstanding poisoned");
-                if let Some(c) = out.get_mut(&key) {
-                    *c -= 1;
-                    if *c == 0 {
-                        out.remove(&key);
-                    }
-                }
-                r
+                let _outstanding = outstanding;
+                (i, h.run_task(s, ctx, header, work_seed, known, now).await)
             });
         }
         let (mut missed, mut pre) = (0u32, 0);
         let mut slowest = TaskTrace::default();
-        let mut error = None;
-        while let Some(r) = set.join_next().await {
-            match r {
-                Ok(Ok((m, p, t))) => {
+        let mut answered = vec![false; servers.len()];
+        loop {
+            let next = match until {
+                Some(t) => match tokio::time::timeout_at(t.into(), set.join_next()).await {
+                    Ok(next) => next,
+                    Err(_) => return Err(self.timed_out(&servers, &answered, &predicted, now)),
+                },
+                None => set.join_next().await,
+            };
+            match next {
+                None => return Ok((missed, pre, slowest)),
+                Some(Ok((i, Ok((m, p, t))))) => {
+                    answered[i] = true;
                     missed += u32::from(m);
                     pre = pre.max(p);
                     if t.received_at >= slowest.received_at {
                         slowest = t;
                     }
                 }
-                Ok(Err(e)) => error = Some(e),
-                Err(e) => error = Some(QueryError::Task { server: self.cfg.servers[0], message: e.to_string() }),
+                // The query has failed: the other tasks are aborted as `set` drops.
+                Some(Ok((_, Err(e)))) => return Err(e),
+                Some(Err(e)) => {
+                    let server = servers.iter().zip(&answered).find(|(_, a)| !**a).map_or(0, |(s, _)| *s);
+                    return Err(QueryError::Task { server: self.cfg.servers[server], message: e.to_string() });
+                }
             }
         }
-        match error {
-            Some(e) => Err(e),
-            None => Ok((missed, pre, slowest)),
+    }
+
+    /// A query's timeout: its unanswered tasks count as missed for admission control (they
+    /// were not back by their deadline, which lies before the timeout) unless counted at
+    /// dispatch already (predicted), and the error names their servers. Centrally queued, a
+    /// task released on time had its outcome counted at release: the hung server's silence is
+    /// one more (missed) outcome, which is what lets the ratio see a server that takes tasks
+    /// and never answers.
+    fn timed_out(&self, servers: &[usize], answered: &[bool], predicted: &[bool], fanned_at: Nanos) -> QueryError {
+        let pending: Vec<usize> = (0..servers.len()).filter(|&i| !answered[i]).collect();
+        self.stats.task_errors.fetch_add(pending.len() as u64, Ordering::Relaxed);
+        self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+        if let Some(a) = &self.admission {
+            for &i in pending.iter().filter(|&&i| !predicted[i]) {
+                a.of(servers[i]).record_task(wall_ns(), true);
+            }
         }
+        QueryError::Timeout {
+            servers: pending.iter().map(|&i| self.cfg.servers[servers[i]]).collect(),
+            waited_ms: wall_ns().saturating_sub(fanned_at) as f64 / 1e6,
+        }
+    }
+
+    /// Tasks sent (or queued here) and not yet returned, over every server.
+    pub fn in_flight_tasks(&self) -> u64 {
+        self.outstanding
+            .iter()
+            .map(|o| o.lock().expect("outstanding poisoned").values().map(|&c| u64::from(c)).sum::<u64>())
+            .sum()
+    }
+
+    /// Tasks waiting in the handler's central queues (0 when queuing at the servers).
+    pub fn central_waiting(&self) -> u64 {
+        self.central.iter().map(|q| q.lock().expect("central queue poisoned").waiting.len() as u64).sum()
+    }
+
+    /// Tasks announced to admission control and not yet dequeued.
+    pub fn admission_queued(&self) -> u64 {
+        self.admission.as_ref().map_or(0, |a| {
+            (0..a.controllers.len()).map(|s| a.controllers[s].lock().expect("admission poisoned").queued()).sum()
+        })
     }
 
     /// One task: wait for the central queue (if any), call the server, learn from the result.
@@ -969,7 +1101,12 @@ impl Handler {
         let central = self.cfg.queuing == Queuing::Central;
         let mut missed_here = false;
         let mut job_id = None;
+        // Central queuing: undoes the queue entry if this task is dropped (query timeout).
+        let mut guard: Option<CentralSlot> = None;
         if central {
+            if let Some(a) = self.admission.as_ref().filter(|_| !known_missed) {
+                a.of(s).task_queued(wall_ns(), ctx.deadline, 1);
+            }
             let (id, rx) = {
                 let mut q = self.central[s].lock().expect("central queue poisoned");
                 let id = q.next_id;
@@ -981,9 +1118,21 @@ impl Handler {
                 (id, rx)
             };
             job_id = Some(id);
+            guard = Some(CentralSlot {
+                handler: self.clone(),
+                server: s,
+                id,
+                deadline: ctx.deadline,
+                announced: self.admission.is_some() && !known_missed,
+                released: false,
+            });
             let _ = rx.await;
             let now = wall_ns();
             missed_here = now > ctx.deadline;
+            if let Some(g) = guard.as_mut() {
+                g.released = true;
+                g.announced = false;
+            }
             if let Some(a) = self.admission.as_ref().filter(|_| !known_missed) {
                 a.of(s).task_dequeued(now, ctx.deadline);
             }
@@ -999,6 +1148,9 @@ impl Handler {
             q.policy.complete(wall_ns(), id);
             q.released = None;
             self.release_next(&mut q);
+            if let Some(g) = guard.as_mut() {
+                g.id = JobId::MAX;
+            }
         }
         let reply = match result {
             Ok(v) => v,
@@ -1117,15 +1269,19 @@ impl Handler {
         })
     }
 
+    /// Releases the job the queue's policy runs next, if it is not out already. A job whose
+    /// task was dropped while it waited (its sender is gone from `waiting`) completes at once.
     fn release_next(&self, q: &mut CentralQueue) {
-        let want = q.policy.running().first().copied().flatten();
-        if let Some(id) = want {
-            if q.released != Some(id) {
-                q.released = Some(id);
-                if let Some(tx) = q.waiting.remove(&id) {
-                    let _ = tx.send(());
-                }
+        while let Some(id) = q.policy.running().first().copied().flatten() {
+            if q.released == Some(id) {
+                return;
             }
+            if let Some(tx) = q.waiting.remove(&id) {
+                q.released = Some(id);
+                let _ = tx.send(());
+                return;
+            }
+            q.policy.complete(wall_ns(), id);
         }
     }
 
@@ -1225,6 +1381,7 @@ mod tests {
             refresh: Duration::from_millis(250),
             min_samples,
             seed: 1,
+            query_timeout_slos: None,
         })
         .unwrap()
     }

@@ -1,6 +1,7 @@
 //! TailGuard on real services: a query handler with SLO- and fan-out-aware task deadlines, EDF task servers, admission control.
 //!
 //! - [`handler`]: the query handler (library and HTTP front end in [`service`]).
+//! - `metrics`: the Prometheus families both services serve on `GET /metrics`.
 //! - [`server`]: task servers that queue by a core policy and emulate a shard.
 //! - [`timer`]: the precise timer thread the emulated service times run on.
 //! - [`loadgen`]: an open-loop Poisson driver and the per-run report.
@@ -16,6 +17,7 @@ pub mod demo;
 pub mod handler;
 pub mod judge;
 pub mod loadgen;
+mod metrics;
 pub mod server;
 pub mod service;
 pub mod timer;
@@ -25,6 +27,23 @@ pub use handler::{
 };
 pub use server::{TaskServer, TaskServerConfig};
 pub use timer::PreciseTimer;
+
+/// `--name value` pairs (a later one overrides an earlier one). A misspelt or unknown
+/// flag, or one without its value, is an error naming it: silently ignoring it would run
+/// the process without the setting the caller asked for.
+pub fn flags(args: &[String], known: &[&str]) -> Result<std::collections::HashMap<String, String>, String> {
+    let mut out = std::collections::HashMap::new();
+    for pair in args.chunks(2) {
+        let name =
+            pair[0].strip_prefix("--").ok_or_else(|| format!("`{}`: expected a flag `--name value`", pair[0]))?;
+        if !known.contains(&name) {
+            return Err(format!("unknown flag --{name}; known: --{}", known.join(", --")));
+        }
+        let value = pair.get(1).ok_or_else(|| format!("--{name} needs a value"))?;
+        out.insert(name.to_string(), value.clone());
+    }
+    Ok(out)
+}
 
 /// Errors setting things up (serving errors are per query).
 #[derive(Debug, thiserror::Error)]

@@ -12,8 +12,9 @@
 //! the task waited here (`tailor-queue-ns`; the handler subtracts it from the
 //! round trip to get the post-dequeue time), whether it left the queue after
 //! its deadline (`tailor-missed`), its service time and the order in which
-//! this server dequeued it (`tailor-served-seq`, for tests). `GET /stats`
-//! returns counters as text. A full queue (`max_queue`) answers 503 at once.
+//! this server dequeued it (`tailor-served-seq`, for tests). `GET /metrics`
+//! serves its counters to Prometheus (`/healthz`, `/readyz` too; see
+//! docs/observability.md). A full queue (`max_queue`) answers 503 at once.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -36,7 +37,10 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use crate::clock::wall_ns;
+use crate::metrics;
 use crate::timer::PreciseTimer;
+use tailor_telemetry::prometheus_client::metrics::histogram::Histogram;
+use tailor_telemetry::{AdminServer, Scraped};
 
 /// Response headers a task server sets.
 pub const QUEUE_NS: &str = "tailor-queue-ns";
@@ -112,6 +116,9 @@ struct Shared {
     state: Mutex<State>,
     timer: Arc<PreciseTimer>,
     stats: ServerStats,
+    /// Time tasks waited in the queue, and their service times, in seconds.
+    queue_wait: Histogram,
+    service: Histogram,
 }
 
 /// A running task server.
@@ -147,7 +154,10 @@ impl TaskServer {
             cfg,
             timer,
             stats: ServerStats::default(),
+            queue_wait: metrics::latency_histogram(),
+            service: metrics::latency_histogram(),
         });
+        let admin = admin(&shared);
         let accept_shared = shared.clone();
         let accept = tokio::spawn(async move {
             loop {
@@ -161,8 +171,9 @@ impl TaskServer {
                 };
                 let _ = stream.set_nodelay(true);
                 let s = accept_shared.clone();
+                let admin = admin.clone();
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| handle(s.clone(), req));
+                    let svc = hyper::service::service_fn(move |req| handle(s.clone(), admin.clone(), req));
                     let _ =
                         hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
                 });
@@ -188,25 +199,63 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     r
 }
 
-async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    if req.method() == http::Method::GET && req.uri().path() == "/stats" {
-        let st = &s.stats;
-        let late = s.timer.lateness();
-        let queued = s.state.lock().expect("server state poisoned").waiting.len();
-        return Ok(text(
-            StatusCode::OK,
-            format!(
-                "queued {queued}\nserved {}\nmissed {}\nrefused_full {}\nbad_context {}\ntimer_late_p99_ns {}\n",
-                st.served.load(Ordering::Relaxed),
-                st.missed.load(Ordering::Relaxed),
-                st.refused_full.load(Ordering::Relaxed),
-                st.bad_context.load(Ordering::Relaxed),
-                late.p99_ns
-            ),
-        ));
+/// `/metrics`, `/healthz`, `/readyz` for one task server; the collector holds
+/// `shared` (not the other way round, so dropping the server frees both).
+fn admin(shared: &Arc<Shared>) -> AdminServer {
+    let counter = |field: fn(&ServerStats) -> &AtomicU64| {
+        let s = shared.clone();
+        move || field(&s.stats).load(Ordering::Relaxed)
+    };
+    let (queued, late) = (shared.clone(), shared.clone());
+    let scraped = Scraped::new()
+        .counter(
+            "tailor_task_server_tasks_served",
+            "Tasks taken out of the queue into service.",
+            counter(|s| &s.served),
+        )
+        .counter(
+            "tailor_task_server_tasks_missed",
+            "Tasks that left the queue after their deadline.",
+            counter(|s| &s.missed),
+        )
+        .counter(
+            "tailor_task_server_tasks_refused",
+            "Tasks answered 503 because the queue was full (max_queue).",
+            counter(|s| &s.refused_full),
+        )
+        .counter(
+            "tailor_task_server_bad_context",
+            "Tasks whose tailor-context header was malformed (served anyway, as tasks without a deadline).",
+            counter(|s| &s.bad_context),
+        )
+        .gauge("tailor_task_server_queue_length", "Tasks queued or in service now.", move || {
+            queued.state.lock().expect("server state poisoned").waiting.len() as f64
+        })
+        .gauge_in(
+            "tailor_task_server_timer_lateness_p99",
+            "99th percentile of how late the service-time timer fired.",
+            tailor_telemetry::prometheus_client::registry::Unit::Seconds,
+            move || late.timer.lateness().p99_ns as f64 / 1e9,
+        );
+    metrics::admin(
+        scraped,
+        &[
+            ("tailor_task_server_queue_wait", "Time a task waited in the queue.", &shared.queue_wait),
+            ("tailor_task_server_service", "Emulated service time of a task.", &shared.service),
+        ],
+    )
+}
+
+async fn handle(
+    s: Arc<Shared>,
+    admin: AdminServer,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    if metrics::is_admin_path(req.uri().path()) {
+        return Ok(admin.respond(&req));
     }
     if req.method() != http::Method::POST || req.uri().path() != "/task" {
-        return Ok(text(StatusCode::NOT_FOUND, "task server: POST /task or GET /stats\n".into()));
+        return Ok(text(StatusCode::NOT_FOUND, "task server: POST /task, or GET /metrics\n".into()));
     }
     let now = wall_ns();
     let work_seed = match req.headers().get(WORK_SEED) {
@@ -221,7 +270,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Full<
             }
         },
     };
-    // A missing or malformed context still gets served (DESIGN.md: bad context is
+    // A missing or malformed context still gets served (docs/design.md: bad context is
     // re-stamped and counted), as a task with no deadline.
     let ctx = match wire::extract(req.headers().iter().map(|(n, v)| (n.as_str(), v.as_bytes()))) {
         Ok(Some(d)) => wire::clamp(d.context, now, MAX_CONTEXT_AGE_NS).0,
@@ -289,6 +338,8 @@ fn start_next(s: &Arc<Shared>, st: &mut State) {
     let missed = p.deadline != NEVER && dequeued_at > p.deadline;
     let tx = p.tx.take();
     s.stats.served.fetch_add(1, Ordering::Relaxed);
+    s.queue_wait.observe(queue_ns as f64 / 1e9);
+    s.service.observe(service_ns as f64 / 1e9);
     if missed {
         s.stats.missed.fetch_add(1, Ordering::Relaxed);
     }

@@ -1,4 +1,4 @@
-//! The handler as an HTTP service: `POST /query`, `GET /stats`.
+//! The handler as an HTTP service: `POST /query`, and `GET /metrics`, `/healthz`, `/readyz` for Prometheus.
 //!
 //! Request headers: `tailor-class` (0-based, default 0), `tailor-fanout`
 //! (default 1), optional `tailor-slo-ms` (a per-query SLO) and `tailor-seed`
@@ -10,7 +10,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -21,7 +21,11 @@ use hyper_util::rt::TokioIo;
 use tailor_core::time::from_millis_f64;
 use tokio::net::TcpListener;
 
-use crate::handler::{Handler, QueryError, QuerySpec};
+use crate::handler::{Handler, HandlerStats, QueryError, QuerySpec};
+use crate::metrics;
+use tailor_telemetry::prometheus_client::metrics::histogram::Histogram;
+use tailor_telemetry::prometheus_client::registry::Unit;
+use tailor_telemetry::{AdminServer, Scraped};
 
 pub const CLASS: &str = "tailor-class";
 pub const FANOUT: &str = "tailor-fanout";
@@ -39,6 +43,8 @@ pub async fn serve(
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), crate::Error> {
     let listener = TcpListener::bind(bind).await.map_err(|e| crate::Error::Io(format!("bind {bind}: {e}")))?;
     let addr = listener.local_addr().map_err(|e| crate::Error::Io(e.to_string()))?;
+    let latency = metrics::latency_histogram();
+    let admin = admin(&handler, &latency);
     let task = tokio::spawn(async move {
         loop {
             let stream = match listener.accept().await {
@@ -51,8 +57,9 @@ pub async fn serve(
             };
             let _ = stream.set_nodelay(true);
             let h = handler.clone();
+            let (admin, latency) = (admin.clone(), latency.clone());
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req| handle(h.clone(), req));
+                let svc = hyper::service::service_fn(move |req| handle(h.clone(), admin.clone(), latency.clone(), req));
                 let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
             });
         }
@@ -77,29 +84,98 @@ fn header<T: std::str::FromStr>(req: &Request<Incoming>, name: &str, default: T)
     }
 }
 
-async fn handle(h: Arc<Handler>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    if req.method() == http::Method::GET && req.uri().path() == "/stats" {
-        let s = &h.stats;
-        return Ok(text(
-            StatusCode::OK,
-            format!(
-                "admitted {}\nrejected {}\nrejected_late {}\ntasks {}\ntasks_missed {}\ntask_errors {}\nmiss_ratio {:.6}\n\
-                 planner_refreshes {}\nservers_on_own_cdf {}\nservers_on_pooled_cdf {}\n",
-                s.admitted.load(Ordering::Relaxed),
-                s.rejected.load(Ordering::Relaxed),
-                s.rejected_late.load(Ordering::Relaxed),
-                s.tasks.load(Ordering::Relaxed),
-                s.tasks_missed.load(Ordering::Relaxed),
-                s.task_errors.load(Ordering::Relaxed),
-                h.miss_ratio(),
-                s.planner_refreshes.load(Ordering::Relaxed),
-                s.servers_on_own_cdf.load(Ordering::Relaxed),
-                s.servers_on_pooled_cdf.load(Ordering::Relaxed)
-            ),
-        ));
+/// `/metrics`, `/healthz`, `/readyz` for the handler: its counters read at scrape time.
+fn admin(handler: &Arc<Handler>, latency: &Histogram) -> AdminServer {
+    let counter = |field: fn(&HandlerStats) -> &AtomicU64| {
+        let h = handler.clone();
+        move || field(&h.stats).load(Ordering::Relaxed)
+    };
+    let (rejected, ratio, cdfs, compute) = (handler.clone(), handler.clone(), handler.clone(), handler.clone());
+    let (in_flight, central, queued) = (handler.clone(), handler.clone(), handler.clone());
+    let servers = handler.server_count() as f64;
+    let scraped = Scraped::new()
+        .counter("tailor_fanout_queries_admitted", "Queries admitted (their tasks were sent).", counter(|s| &s.admitted))
+        .counter_family(
+            "tailor_fanout_queries_rejected",
+            "Queries rejected at once: by admission control's miss ratio (admission), or because a task would wait past its deadline (late).",
+            None,
+            "reason",
+            move || {
+                let s = &rejected.stats;
+                let (all, late) = (s.rejected.load(Ordering::Relaxed), s.rejected_late.load(Ordering::Relaxed));
+                vec![("admission".into(), all.saturating_sub(late) as f64), ("late".into(), late as f64)]
+            },
+        )
+        .counter("tailor_fanout_tasks", "Tasks that returned from a task server.", counter(|s| &s.tasks))
+        .counter(
+            "tailor_fanout_tasks_missed",
+            "Tasks that left their server's queue after their deadline.",
+            counter(|s| &s.tasks_missed),
+        )
+        .counter("tailor_fanout_task_errors", "Tasks that failed (connection, status).", counter(|s| &s.task_errors))
+        .gauge(
+            "tailor_fanout_admission_miss_ratio",
+            "Admission control's windowed task deadline-miss ratio (the worst server's; 0 without admission control).",
+            move || ratio.miss_ratio(),
+        )
+        .counter(
+            "tailor_fanout_planner_refreshes",
+            "Times the deadline planner was rebuilt from learned latencies.",
+            counter(|s| &s.planner_refreshes),
+        )
+        .gauge_family(
+            "tailor_fanout_servers_by_cdf",
+            "Task servers by the latency CDF their deadlines are planned with at the last refresh: own, pooled or offline.",
+            None,
+            "source",
+            move || {
+                let own = cdfs.stats.servers_on_own_cdf.load(Ordering::Relaxed) as f64;
+                let pooled = cdfs.stats.servers_on_pooled_cdf.load(Ordering::Relaxed) as f64;
+                vec![("own".into(), own), ("pooled".into(), pooled), ("offline".into(), (servers - own - pooled).max(0.0))]
+            },
+        )
+        .counter("tailor_fanout_plans_computed", "Sequential-request budget plans computed.", counter(|s| &s.plan_computes))
+        .counter_in("tailor_fanout_plan_compute", "Time spent computing budget plans.", Unit::Seconds, move || {
+            compute.stats.plan_compute_ns.load(Ordering::Relaxed) as f64 / 1e9
+        })
+        .counter(
+            "tailor_fanout_plan_cold_misses",
+            "Requests that computed their own plan (a request shape seen for the first time).",
+            counter(|s| &s.plan_cold_misses),
+        )
+        .counter(
+            "tailor_fanout_query_timeouts",
+            "Queries ended by query_timeout_slos with a server that never answered (HTTP 504).",
+            counter(|s| &s.timeouts),
+        )
+        .gauge("tailor_fanout_tasks_in_flight", "Tasks sent and not yet returned, all servers.", move || {
+            in_flight.in_flight_tasks() as f64
+        })
+        .gauge("tailor_fanout_central_waiting", "Tasks waiting in the handler's central queues.", move || {
+            central.central_waiting() as f64
+        })
+        .gauge(
+            "tailor_fanout_admission_queued",
+            "Tasks announced to admission control and not yet dequeued or expired.",
+            move || queued.admission_queued() as f64,
+        );
+    metrics::admin(
+        scraped,
+        &[("tailor_fanout_query_latency", "Latency of admitted queries, arrival to the last task's answer.", latency)],
+    )
+}
+
+async fn handle(
+    h: Arc<Handler>,
+    admin: AdminServer,
+    latency: Histogram,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    if metrics::is_admin_path(req.uri().path()) {
+        return Ok(admin.respond(&req));
     }
     if req.method() != http::Method::POST || req.uri().path() != "/query" {
-        return Ok(text(StatusCode::NOT_FOUND, "query handler: POST /query or GET /stats\n".into()));
+        return Ok(text(StatusCode::NOT_FOUND, "query handler: POST /query, or GET /metrics\n".into()));
     }
     let parsed = (|| -> Result<QuerySpec, String> {
         let class: u8 = header(&req, CLASS, 0)?;
@@ -128,6 +204,7 @@ async fn handle(h: Arc<Handler>, req: Request<Incoming>) -> Result<Response<Full
     };
     match h.query(q).await {
         Ok(out) => {
+            latency.observe(out.latency_ns as f64 / 1e9);
             let mut r = text(StatusCode::OK, String::new());
             r.headers_mut().insert(LATENCY_NS, out.latency_ns.into());
             r.headers_mut().insert("tailor-budget-ns", out.budget_ns.into());
@@ -142,6 +219,7 @@ async fn handle(h: Arc<Handler>, req: Request<Incoming>) -> Result<Response<Full
         Err(e @ (QueryError::NoSuchClass { .. } | QueryError::BadFanout { .. })) => {
             Ok(text(StatusCode::BAD_REQUEST, format!("{e}\n")))
         }
+        Err(e @ QueryError::Timeout { .. }) => Ok(text(StatusCode::GATEWAY_TIMEOUT, format!("{e}\n"))),
         Err(e) => Ok(text(StatusCode::BAD_GATEWAY, format!("{e}\n"))),
     }
 }

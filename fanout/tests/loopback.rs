@@ -6,101 +6,27 @@
 //! process dies). Service times are long (tens to hundreds of ms) so orderings
 //! hold however busy the machine is; nothing asserts an absolute time.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
-struct Proc {
-    child: Child,
-    addrs: Vec<SocketAddr>,
+mod common;
+
+use common::*;
+use tailor_telemetry::testing::sample_value;
+
+fn metric(addr: SocketAddr, series: &str) -> u64 {
+    let r = http(addr, "GET", "/metrics", &[]);
+    assert_eq!(r.status, 200, "GET /metrics: {}", r.body);
+    sample_value(&r.body, series).unwrap_or_else(|| panic!("no {series} in /metrics:\n{}", r.body)) as u64
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Queries the handler rejected, for either reason.
+fn rejected_total(h: SocketAddr) -> u64 {
+    REJECTED_REASONS.iter().map(|r| metric(h, &format!("tailor_fanout_queries_rejected_total{{reason=\"{r}\"}}"))).sum()
 }
 
-fn start(args: &[&str]) -> Proc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tailor-fanout"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start tailor-fanout");
-    let out = child.stdout.take().expect("stdout piped");
-    let mut proc = Proc { child, addrs: Vec::new() };
-    for line in BufReader::new(out).lines() {
-        let line = line.expect("read child stdout");
-        if let Some(a) = line.strip_prefix("listening ") {
-            proc.addrs.push(a.parse().expect("listening line has an address"));
-        } else if line == "ready" {
-            return proc;
-        }
-    }
-    panic!("tailor-fanout {args:?} exited before printing `ready`");
-}
-
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-    fn num(&self, name: &str) -> i64 {
-        self.header(name).unwrap_or_else(|| panic!("no {name} header in {:?}", self.headers)).parse().unwrap()
-    }
-}
-
-/// A minimal HTTP/1.1 request on a fresh connection (Connection: close).
-fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, String)]) -> Reply {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    let mut req = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 0\r\nconnection: close\r\n");
-    for (n, v) in headers {
-        req += &format!("{n}: {v}\r\n");
-    }
-    req += "\r\n";
-    s.write_all(req.as_bytes()).expect("send");
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).expect("read");
-    let (head, body) = raw.split_once("\r\n\r\n").expect("a complete response");
-    let mut lines = head.lines();
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let headers =
-        lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_string(), v.trim().to_string())).collect();
-    Reply { status, headers, body: body.to_string() }
-}
-
-fn stat(addr: SocketAddr, name: &str) -> u64 {
-    let r = http(addr, "GET", "/stats", &[]);
-    r.body
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .unwrap_or_else(|| panic!("no {name} in stats {:?}", r.body))
-        .trim()
-        .parse::<f64>()
-        .unwrap() as u64
-}
-
-/// Polls `cond` until it holds (readiness, not a fixed sleep), failing after 20 s.
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn wall_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
-}
+const REJECTED_REASONS: [&str; 2] = ["admission", "late"];
 
 /// A context header value (core's wire codec format, docs/wire-format.md).
 fn context(deadline: u64, class: u8) -> String {
@@ -120,7 +46,7 @@ fn deadlines_travel_on_the_wire_from_handler_to_task_servers() {
     // A malformed context is served anyway and counted.
     let bad = http(s, "POST", "/task", &[("tailor-context", "garbage".to_string())]);
     assert_eq!(bad.status, 200);
-    assert_eq!(stat(s, "bad_context"), 1);
+    assert_eq!(metric(s, "tailor_task_server_bad_context_total"), 1);
 
     // Through the handler process: the budget is SLO − x_99^u(k) of the offline
     // estimate (20 ms fixed), and the servers judge misses by the deadline it sent.
@@ -188,14 +114,14 @@ fn learned_post_dequeue_times_replace_a_wrong_offline_estimate() {
     // samples after 10 queries, each server after 20.
     wait_until("the servers' own learned CDFs", || {
         query();
-        stat(h, "servers_on_own_cdf") == 2
+        metric(h, "tailor_fanout_servers_by_cdf{source=\"own\"}") == 2
     });
     let budget = query();
     assert!(
         (60_000_000..=80_500_000).contains(&budget),
         "budget {budget} ns: 100 ms − a learned tail of at least the 20 ms service"
     );
-    assert!(stat(h, "planner_refreshes") > 0);
+    assert!(metric(h, "tailor_fanout_planner_refreshes_total") > 0);
 }
 
 /// Serves a blocker, then queues a task with a late deadline and one with an
@@ -205,14 +131,14 @@ fn served_order(policy: &str) -> (i64, i64) {
     let s = servers.addrs[0];
     let far = wall_ns() + 60_000_000_000;
     let blocker = std::thread::spawn(move || http(s, "POST", "/task", &[("tailor-context", context(far, 0))]));
-    wait_until("the blocker in service", || stat(s, "served") == 1);
+    wait_until("the blocker in service", || metric(s, "tailor_task_server_tasks_served_total") == 1);
     let late_deadline = wall_ns() + 30_000_000_000;
     let late = std::thread::spawn(move || http(s, "POST", "/task", &[("tailor-context", context(late_deadline, 0))]));
-    wait_until("the late-deadline task queued", || stat(s, "queued") == 2);
+    wait_until("the late-deadline task queued", || metric(s, "tailor_task_server_queue_length") == 2);
     // Arrives second, but its deadline is older: EDF must serve it first.
     let early_deadline = wall_ns() + 10_000_000_000;
     let early = std::thread::spawn(move || http(s, "POST", "/task", &[("tailor-context", context(early_deadline, 0))]));
-    wait_until("both tasks waiting", || stat(s, "queued") == 3);
+    wait_until("both tasks waiting", || metric(s, "tailor_task_server_queue_length") == 3);
     blocker.join().unwrap();
     let (late, early) = (late.join().unwrap(), early.join().unwrap());
     (late.num("tailor-served-seq"), early.num("tailor-served-seq"))
@@ -295,7 +221,7 @@ fn admission_rejects_under_overload_and_recovers_after_it() {
     assert_eq!(rejected.header("tailor-rejected"), Some("admission"));
     assert!(rejected.body.contains("R_th = 0.2"), "{}", rejected.body);
     assert!(t.elapsed() < Duration::from_millis(500), "a rejection sends no task");
-    assert!(stat(h, "rejected") >= 1);
+    assert!(rejected_total(h) >= 1);
     // The overload is over; once the misses leave the window, queries are admitted again.
     wait_until("admission to recover", || query().status == 200);
 }
@@ -323,7 +249,7 @@ fn predicted_misses_reject_within_the_burst_that_causes_them() {
         assert!(!rejected.is_empty(), "{queuing}: the burst's predicted misses reject part of it");
         assert!(rejected.iter().all(|r| r.header("tailor-rejected") == Some("admission")));
         assert!(replies.iter().all(|r| r.status == 200 || r.status == 503));
-        assert!(stat(h, "rejected") >= rejected.len() as u64);
+        assert!(rejected_total(h) >= rejected.len() as u64);
         wait_until("admission to recover", || query().status == 200);
     }
 }
@@ -356,8 +282,8 @@ fn late_tasks_are_rejected_at_once_while_their_queue_is_long() {
         admitted.iter().map(|r| r.header("tailor-latency-ns").unwrap().parse::<u64>().unwrap()).max().unwrap()
             / 1_000_000;
     assert!(worst_ms < 300, "the admitted queries met a short queue: the slowest took {worst_ms} ms");
-    assert_eq!(stat(h, "rejected_late"), rejected.len() as u64);
-    assert_eq!(stat(h, "rejected"), rejected.len() as u64, "the ratio (R_th = 1) rejected nothing");
+    assert_eq!(metric(h, "tailor_fanout_queries_rejected_total{reason=\"late\"}"), rejected.len() as u64);
+    assert_eq!(rejected_total(h), rejected.len() as u64, "the ratio (R_th = 1) rejected nothing");
     wait_until("admission to recover", || query().status == 200);
 }
 
@@ -393,4 +319,44 @@ fn per_server_admission_rejects_only_queries_that_touch_the_overloaded_server() 
         "per server: the queries on the fast server pass, those on the slow one do not: {admitted_after:?}"
     );
     assert_eq!(admitted_after[1], 0, "handler-wide: the average ratio rejects every query: {admitted_after:?}");
+}
+
+/// Every endpoint the two daemons serve, scraped from the real processes: `/metrics` is
+/// valid Prometheus text (promtool) with the counts of what was sent, `/healthz` and
+/// `/readyz` answer, `/stats` is gone; and a real Prometheus server scrapes both.
+#[test]
+fn metrics_endpoints_pass_promtool_and_a_prometheus_server_scrapes_them() {
+    use tailor_telemetry::testing::{scrape_metrics, PrometheusServer, Promtool};
+    let servers = start(&["servers", "--count", "1", "--policy", "edf", "--service-fixed-ms", "5"]);
+    let s = servers.addrs[0];
+    let list = s.to_string();
+    let handler =
+        start(&["handler", "--servers", &list, "--scheme", "tf-edfq", "--slo-ms", "100", "--offline-fixed-ms", "5"]);
+    let h = handler.addrs[0];
+    for _ in 0..3 {
+        let ok = http(h, "POST", "/query", &[("tailor-class", "0".into()), ("tailor-fanout", "1".into())]);
+        assert_eq!(ok.status, 200, "{}", ok.body);
+    }
+    for (addr, series) in [(h, "tailor_fanout_queries_admitted_total"), (s, "tailor_task_server_tasks_served_total")] {
+        let scrape = scrape_metrics(addr).unwrap();
+        match &scrape.promtool {
+            Promtool::Clean => {}
+            Promtool::Absent => eprintln!("skipping promtool: not installed (apt-get install prometheus)"),
+            Promtool::Problems(p) => panic!("promtool check metrics on {addr}: {p}\n{}", scrape.body),
+        }
+        assert_eq!(sample_value(&scrape.body, series), Some(3.0), "{}", scrape.body);
+        assert_eq!(http(addr, "GET", "/healthz", &[]).status, 200);
+        assert_eq!(http(addr, "GET", "/readyz", &[]).status, 200);
+        assert_eq!(http(addr, "GET", "/stats", &[]).status, 404);
+    }
+    assert_eq!(metric(h, "tailor_fanout_query_latency_seconds_count"), 3);
+
+    let Some(prometheus) = PrometheusServer::start(&[h, s]).unwrap() else {
+        eprintln!("skipping the Prometheus server check: prometheus is not installed (apt-get install prometheus)");
+        return;
+    };
+    for series in ["tailor_fanout_queries_admitted_total", "tailor_task_server_tasks_served_total"] {
+        let found = prometheus.query_until_present(series, Duration::from_secs(30)).unwrap();
+        assert_eq!(found[0]["value"][1], "3", "{series}: {found:?}");
+    }
 }

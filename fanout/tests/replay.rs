@@ -57,6 +57,7 @@ fn handler(scheme: Scheme, servers: &[TaskServer], seed: u64) -> Arc<Handler> {
         refresh: Duration::from_millis(250),
         min_samples: f64::INFINITY,
         seed,
+        query_timeout_slos: None,
     })
     .expect("handler")
 }

@@ -55,6 +55,7 @@ async fn testbed() -> (Vec<TaskServer>, Arc<Handler>) {
         // Never replace the offline CDF in these tests: the plans stay comparable.
         min_samples: f64::INFINITY,
         seed: 11,
+        query_timeout_slos: None,
     })
     .expect("handler");
     (servers, handler)

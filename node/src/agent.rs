@@ -10,6 +10,7 @@ use crate::cgfs;
 use crate::config::{parse_cpu_list, NodeConfig, TierConfig, TierKind};
 use crate::error::NodeError;
 use crate::journal::{self, Entry, Journal, RestoreReport};
+use crate::kubepods::{self, PodSelector};
 use crate::probe::{Capabilities, Hierarchy, Role};
 use crate::procs;
 
@@ -32,6 +33,10 @@ pub struct TierPlan {
     pub rt_band_priority: Option<i32>,
     /// Mechanisms in force, for the start-up report.
     pub mechanisms: Vec<String>,
+    /// `[tier.pods]`: the kubelet's cgroups this tier selects, and the control files (per
+    /// hierarchy) written in place in each of them.
+    pub pods: Option<PodSelector>,
+    pub pod_settings: Vec<(Hierarchy, &'static str, String)>,
 }
 
 /// Counters since start.
@@ -49,6 +54,12 @@ pub struct Stats {
     pub policies_repaired: u64,
     /// Matched processes that exited.
     pub departed: u64,
+    /// Pod (or container) cgroups a `[tier.pods]` tier selected at the last reconcile.
+    pub pod_cgroups: usize,
+    /// Matched processes left where they are because the kubelet owns their cgroup.
+    pub kubelet_owned_not_moved: u64,
+    /// Cgroups the agent made that someone else removed, re-created.
+    pub dirs_recreated: u64,
     pub errors: u64,
     /// Members per tier at the last reconcile.
     pub members: Vec<usize>,
@@ -113,7 +124,8 @@ impl Agent {
                  lower the tiers' rt_runtime_us"
             )));
         }
-        for h in &caps.hierarchies {
+        let own_tiers = config.tiers.iter().any(|t| !t.is_pod_tier());
+        for h in caps.hierarchies.iter().filter(|_| own_tiers) {
             let parent = h.root.join(&config.cgroup_name);
             plan.push(Step::CreateDir { path: parent.clone(), fallback_dir: h.root.clone(), rt_band_priority: None });
             match h.role {
@@ -192,7 +204,28 @@ impl Agent {
                 }
             }
             let cpus_text = cpus.as_ref().map(|l| l.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","));
-            for h in &caps.hierarchies {
+            let mut pod_settings = Vec::new();
+            if t.is_pod_tier() {
+                // In place, in the kubelet's pod cgroups: weight or idle (no RT budget: the
+                // kubelet's parents have none to give, so its SCHED_RR band needs the root).
+                for h in &caps.hierarchies {
+                    let file = match (h.role, idle) {
+                        (Role::V1Cpu | Role::Unified, true) => "cpu.idle",
+                        (Role::V1Cpu, false) => "cpu.shares",
+                        (Role::Unified, false) => "cpu.weight",
+                        _ => continue,
+                    };
+                    let value = match (file, weight) {
+                        ("cpu.idle", _) => "1".to_string(),
+                        ("cpu.shares", Some(w)) => (w * 1024 / 100).clamp(2, 262_144).to_string(),
+                        ("cpu.weight", Some(w)) => w.to_string(),
+                        _ => continue,
+                    };
+                    pod_settings.push((h.clone(), file, value));
+                }
+                mechanisms.push("in place in the kubelet's pod cgroups".into());
+            }
+            for h in caps.hierarchies.iter().filter(|_| !t.is_pod_tier()) {
                 let dir = h.root.join(&config.cgroup_name).join(&t.name);
                 plan.push(Step::CreateDir { path: dir.clone(), fallback_dir: h.root.clone(), rt_band_priority });
                 let mut write = |file: &str, value: String| plan.push(Step::Write { path: dir.join(file), value });
@@ -238,7 +271,7 @@ impl Agent {
             if let (Some(w), true) = (weight, caps.cpu_weight) {
                 mechanisms.push(format!("weight {w}"));
             }
-            if rt > 0 {
+            if rt > 0 && !t.is_pod_tier() {
                 mechanisms.push(format!("rt_runtime_us {rt}"));
             }
             if let Some(p) = rt_band_priority {
@@ -247,7 +280,16 @@ impl Agent {
             if caps.psi_per_cgroup {
                 mechanisms.push("PSI".into());
             }
-            tiers.push(TierPlan { name: t.name.clone(), kind: t.kind, dirs, sched_idle, rt_band_priority, mechanisms });
+            tiers.push(TierPlan {
+                name: t.name.clone(),
+                kind: t.kind,
+                dirs,
+                sched_idle,
+                rt_band_priority,
+                mechanisms,
+                pods: t.pods.clone(),
+                pod_settings,
+            });
         }
         // SAFETY: getpid/getppid have no preconditions.
         let exclude = unsafe { [libc::getpid() as u32, libc::getppid() as u32] }.into_iter().collect();
@@ -273,6 +315,11 @@ impl Agent {
         self.journal.is_some()
     }
 
+    /// Changes recorded in the undo journal (0 when not enforcing).
+    pub fn journal_entries(&self) -> usize {
+        self.journal.as_ref().map_or(0, Journal::entries)
+    }
+
     /// Keeps a process (e.g. a benchmark orchestrator) out of every tier.
     pub fn exclude_pid(&mut self, pid: u32) {
         self.exclude.insert(pid);
@@ -284,8 +331,10 @@ impl Agent {
         if self.journal.is_some() {
             return Ok(None);
         }
-        let leftover =
-            if Journal::path_in(self.state_dir()).exists() { Some(journal::restore(self.state_dir())?) } else { None };
+        let leftover = if Journal::path_in(self.state_dir()).exists() { Some(self.restore_node()?) } else { None };
+        for p in leftover.iter().flat_map(RestoreReport::problems) {
+            tracing::warn!("restore: {p}");
+        }
         self.journal = Some(Journal::open(self.state_dir())?);
         self.cache.clear();
         self.reconcile()?;
@@ -296,7 +345,13 @@ impl Agent {
     pub fn safe_mode(&mut self) -> Result<RestoreReport, NodeError> {
         self.journal = None;
         self.cache.clear();
-        journal::restore(self.state_dir())
+        self.restore_node()
+    }
+
+    /// The journal's undo, then a sweep of this agent's own cgroups for what it missed.
+    fn restore_node(&self) -> Result<RestoreReport, NodeError> {
+        let roots: Vec<PathBuf> = self.caps.hierarchies.iter().map(|h| h.root.clone()).collect();
+        journal::restore_and_sweep(self.state_dir(), &self.config.cgroup_name, &roots)
     }
 
     /// One reconcile pass: plan (creating and repairing settings), then processes.
@@ -306,7 +361,49 @@ impl Agent {
         }
         self.stats.ticks += 1;
         self.apply_plan()?;
+        self.apply_pod_tiers()?;
         self.place_processes();
+        Ok(())
+    }
+
+    /// `[tier.pods]` tiers: finds the pods' cgroups the kubelet made (they come and go) and
+    /// writes the tier's settings in place, journaled; sets the thread policies the tier
+    /// asks for on the processes inside. Moves nothing.
+    fn apply_pod_tiers(&mut self) -> Result<(), NodeError> {
+        let kubelet_root = self.config.kubelet_cgroup_root.trim_start_matches('/').to_string();
+        let mut selected = 0;
+        for tier in 0..self.tiers.len() {
+            let Some(selector) = self.tiers[tier].pods.clone() else { continue };
+            let mut members: Vec<(u32, u64)> = Vec::new();
+            for (h, file, value) in self.tiers[tier].pod_settings.clone() {
+                let pods = kubepods::discover(&h.root.join(&kubelet_root));
+                for dir in selector.targets(&h.root, &pods) {
+                    selected += 1;
+                    self.write_setting(&dir.join(file), &value)?;
+                }
+            }
+            if self.tiers[tier].sched_idle || self.tiers[tier].rt_band_priority.is_some() {
+                for h in &self.caps.hierarchies {
+                    let pods = kubepods::discover(&h.root.join(&kubelet_root));
+                    for dir in selector.targets(&h.root, &pods) {
+                        for pid in kubepods::procs_below(&dir) {
+                            if let Some(info) = procs::proc_info(pid).filter(|i| !i.kernel_thread && !i.exiting) {
+                                members.push((pid, info.start_time));
+                            }
+                        }
+                    }
+                }
+                members.sort_unstable();
+                members.dedup();
+                for (pid, _) in members {
+                    if let Err(e) = self.set_thread_policies(pid, tier) {
+                        self.stats.errors += 1;
+                        tracing::warn!("tier {:?}: pid {pid}: {e}", self.tiers[tier].name);
+                    }
+                }
+            }
+        }
+        self.stats.pod_cgroups = selected;
         Ok(())
     }
 
@@ -316,45 +413,34 @@ impl Agent {
             match step {
                 Step::CreateDir { path, fallback_dir, rt_band_priority } => {
                     if !path.exists() {
-                        journal.record(Entry::CreatedDir {
+                        let entry = Entry::CreatedDir {
                             path: path.clone(),
                             fallback_dir: fallback_dir.clone(),
                             rt_band_priority: *rt_band_priority,
-                        })?;
+                        };
+                        let again = journal.has(&entry);
+                        journal.record(entry)?;
                         cgfs::create_dir(path).map_err(|e| NodeError::io(path, e))?;
+                        if again {
+                            // Someone removed a cgroup we made (its members went with it to the
+                            // parent): made again here, refilled below and by the placement pass.
+                            self.stats.dirs_recreated += 1;
+                            tracing::warn!("{} was removed by someone else; re-created", path.display());
+                        }
                     }
                 }
                 Step::Write { path, value } => {
-                    let actual = std::fs::read_to_string(path).map_err(|e| NodeError::io(path, e))?;
-                    if same_setting(path, value, &actual) {
-                        continue;
-                    }
-                    let entry = Entry::WroteFile { path: path.clone(), original: undo_value(path, value, &actual) };
-                    if journal.has(&entry) {
-                        self.stats.settings_repaired += 1;
-                    }
-                    journal.record(entry)?;
-                    cgfs::write(path, value).map_err(|e| {
-                        if path.ends_with("cpu.rt_runtime_us") && e.raw_os_error() == Some(libc::EINVAL) {
-                            NodeError::Unsupported(format!(
-                                "{}: cannot set {value}: the RT budget is exhausted (siblings' cpu.rt_runtime_us \
-                                 must sum to at most the parent's); lower rt_runtime_us or free budget elsewhere",
-                                path.display()
-                            ))
-                        } else if path.ends_with("cgroup.subtree_control") && e.raw_os_error() == Some(libc::EINVAL) {
-                            NodeError::Unsupported(format!(
-                                "{}: cannot write {value:?}: with RT_GROUP_SCHED, cgroup v2 enables the cpu \
-                                 controller only while every SCHED_FIFO/RR process is in the root cgroup",
-                                path.display()
-                            ))
-                        } else {
-                            NodeError::io(path, e)
-                        }
-                    })?;
+                    write_journaled(journal, &mut self.stats, path, value)?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// Writes one control file through the journal (see [`write_journaled`]).
+    fn write_setting(&mut self, path: &Path, value: &str) -> Result<(), NodeError> {
+        let journal = self.journal.as_mut().expect("enforcing");
+        write_journaled(journal, &mut self.stats, path, value)
     }
 
     fn classify(&self, pid: u32, comm: &str) -> Option<usize> {
@@ -364,7 +450,8 @@ impl Agent {
         let own = format!("/{}/", self.config.cgroup_name);
         self.config.tiers.iter().position(|t| {
             let m = &t.matcher;
-            label.as_deref() == Some(t.name.as_str())
+            // Pod tiers select cgroups, not processes (see `apply_pod_tiers`).
+            !t.is_pod_tier() && label.as_deref() == Some(t.name.as_str())
                 || m.pid.contains(&pid)
                 || m.comm.iter().any(|c| c == comm)
                 || exe.as_ref().is_some_and(|e| m.exe.contains(e))
@@ -409,7 +496,7 @@ impl Agent {
             if let Err(e) = self.place(pid, info.start_time, tier) {
                 self.stats.errors += 1;
                 if self.reported.insert((pid, info.start_time)) {
-                    eprintln!("tailor-node: tier {:?}: pid {pid} ({}): {e}", self.tiers[tier].name, info.comm);
+                    tracing::warn!(tier = %self.tiers[tier].name, pid, comm = %info.comm, error = %e, "cannot place process");
                 }
             }
         }
@@ -432,6 +519,11 @@ impl Agent {
         for (h, dir) in &plan.dirs {
             let want = format!("/{}", dir.strip_prefix(&h.root).unwrap_or(dir).display());
             let Some((_, now)) = current.iter().find(|(c, _)| h.owns_line(c)) else { continue };
+            if *now != want && kubepods::is_kubelet_owned(now) {
+                // The kubelet's cgroup: never pulled out of it (select it with [tier.pods]).
+                self.stats.kubelet_owned_not_moved += 1;
+                continue;
+            }
             if *now != want {
                 let entry = Entry::MovedProcess {
                     pid,
@@ -479,11 +571,24 @@ impl Agent {
                 let want = format!("/{}", dir.strip_prefix(&h.root).unwrap_or(dir).display());
                 let lines = procs::cgroups(&format!("/proc/{pid}/task/{tid}/cgroup"));
                 if let Some((_, now)) = lines.iter().find(|(c, _)| h.owns_line(c)) {
-                    if *now != want && cgfs::write(&dir.join("tasks"), &tid.to_string()).is_ok() {
+                    if *now != want
+                        && !kubepods::is_kubelet_owned(now)
+                        && cgfs::write(&dir.join("tasks"), &tid.to_string()).is_ok()
+                    {
                         self.stats.threads_placed += 1;
                     }
                 }
             }
+        }
+        self.set_thread_policies(pid, tier)
+    }
+
+    /// The tier's per-thread policy (SCHED_IDLE, or its SCHED_RR band) on every thread of
+    /// `pid`, journaled; threads with their own RT policy (the runtime's GAT band) are left.
+    fn set_thread_policies(&mut self, pid: u32, tier: usize) -> Result<(), NodeError> {
+        let journal = self.journal.as_mut().expect("enforcing");
+        let plan = &self.tiers[tier];
+        for tid in procs::tids(pid) {
             let target = if plan.sched_idle {
                 Some(procs::SchedState { policy: libc::SCHED_IDLE, rt_priority: 0, nice: 0 })
             } else {
@@ -553,6 +658,37 @@ impl Agent {
         }
         s
     }
+}
+
+/// Writes `value` to control file `path` unless it already holds it, journaling the original
+/// first (a rewrite of something someone reverted counts as a repair).
+fn write_journaled(journal: &mut Journal, stats: &mut Stats, path: &Path, value: &str) -> Result<(), NodeError> {
+    let actual = std::fs::read_to_string(path).map_err(|e| NodeError::io(path, e))?;
+    if same_setting(path, value, &actual) {
+        return Ok(());
+    }
+    let entry = Entry::WroteFile { path: path.to_path_buf(), original: undo_value(path, value, &actual) };
+    if journal.has(&entry) {
+        stats.settings_repaired += 1;
+    }
+    journal.record(entry)?;
+    cgfs::write(path, value).map_err(|e| {
+        if path.ends_with("cpu.rt_runtime_us") && e.raw_os_error() == Some(libc::EINVAL) {
+            NodeError::Unsupported(format!(
+                "{}: cannot set {value}: the RT budget is exhausted (siblings' cpu.rt_runtime_us \
+                 must sum to at most the parent's); lower rt_runtime_us or free budget elsewhere",
+                path.display()
+            ))
+        } else if path.ends_with("cgroup.subtree_control") && e.raw_os_error() == Some(libc::EINVAL) {
+            NodeError::Unsupported(format!(
+                "{}: cannot write {value:?}: with RT_GROUP_SCHED, cgroup v2 enables the cpu \
+                 controller only while every SCHED_FIFO/RR process is in the root cgroup",
+                path.display()
+            ))
+        } else {
+            NodeError::io(path, e)
+        }
+    })
 }
 
 /// Compares a control file's content with what we wrote, in the kernel's normal form.

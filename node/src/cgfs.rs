@@ -146,7 +146,7 @@ pub(crate) mod fake {
     }
 
     fn journal_entries(path: &Path) -> Vec<Entry> {
-        read(path).lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+        read(path).lines().filter_map(|l| crate::journal::parse_line(l).ok()).collect()
     }
 
     impl Kernel {

@@ -43,6 +43,18 @@ pub struct NodeConfig {
     /// Host the runtime's node-wide kernel-enforced scheduler for this tier.
     #[serde(default)]
     pub gat_domain: Option<GatDomainConfig>,
+    /// Where the agent serves Prometheus `/metrics`, `/healthz` and `/readyz`
+    /// (e.g. "127.0.0.1:9464"); none when omitted. docs/observability.md lists the metrics.
+    #[serde(default)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// The kubelet's `--cgroup-root` inside each hierarchy: where `kubepods` (cgroupfs
+    /// driver) or `kubepods.slice` (systemd driver) lives. Tiers with `[tier.pods]` look there.
+    #[serde(default = "default_kubelet_cgroup_root")]
+    pub kubelet_cgroup_root: String,
+}
+
+fn default_kubelet_cgroup_root() -> String {
+    "/".into()
 }
 
 /// One tier.
@@ -83,6 +95,17 @@ pub struct TierConfig {
     /// How processes are selected.
     #[serde(default, rename = "match")]
     pub matcher: MatchConfig,
+    /// Kubernetes pods, by the kubelet's cgroups (QoS class, pod UID, container path): the
+    /// tier's settings go to those cgroups in place and no process is moved (`kubepods`).
+    #[serde(default)]
+    pub pods: Option<crate::kubepods::PodSelector>,
+}
+
+impl TierConfig {
+    /// Whether this tier selects pods (settings in place in the kubelet's cgroups).
+    pub fn is_pod_tier(&self) -> bool {
+        self.pods.is_some()
+    }
 }
 
 /// Selectors; a process matches if any one matches. `TAILOR_TIER=<tier name>` in a process's
@@ -213,6 +236,12 @@ impl NodeConfig {
         if self.cgroup_name.is_empty() || self.cgroup_name.contains('/') || self.cgroup_name.starts_with('.') {
             errors.push(format!("cgroup_name {:?} must be one plain directory name", self.cgroup_name));
         }
+        if !self.kubelet_cgroup_root.starts_with('/') || self.kubelet_cgroup_root.contains("..") {
+            errors.push(format!(
+                "kubelet_cgroup_root {:?}: give the kubelet's --cgroup-root, an absolute path like \"/\"",
+                self.kubelet_cgroup_root
+            ));
+        }
         if self.reconcile_interval_ms == 0 {
             errors.push("reconcile_interval_ms must be > 0".into());
         }
@@ -233,6 +262,24 @@ impl NodeConfig {
                     )),
                     Ok(_) => {}
                     Err(e) => errors.push(format!("tier {:?}: cpus: {e}", tier.name)),
+                }
+            }
+            if tier.is_pod_tier() {
+                if tier.cpus.is_some() {
+                    errors.push(format!(
+                        "tier {:?}: `cpus` with [tier.pods]: the kubelet owns pod cpusets (its CPU manager rewrites \
+                         them). Fix: remove `cpus`; for exclusive CPUs give the pods integer CPU requests under the \
+                         kubelet's `cpuManagerPolicy: static`",
+                        tier.name
+                    ));
+                }
+                let m = &tier.matcher;
+                if !(m.comm.is_empty() && m.exe.is_empty() && m.cgroup.is_empty() && m.pid.is_empty()) {
+                    errors.push(format!(
+                        "tier {:?}: [tier.match] with [tier.pods]: matched processes would be moved into the \
+                         agent's cgroups, out of the kubelet's. Fix: select pods only (qos, uid, container)",
+                        tier.name
+                    ));
                 }
             }
             if let Some(w) = tier.cpu_weight {

@@ -14,6 +14,9 @@ pub enum NodeError {
     /// The kernel lacks what a tier asks for, or a process cannot be placed.
     #[error("{0}")]
     Unsupported(String),
+    /// The undo journal cannot be written or read; the message names the file and the fix.
+    #[error("{0}")]
+    Journal(String),
 }
 
 impl NodeError {

@@ -1,5 +1,11 @@
 //! The undo journal: every change is appended and fsynced BEFORE it is made, with the original
 //! value, so that safe mode, a signal, or the supervisor after a crash can put everything back.
+//!
+//! Each line is an entry's JSON, a tab and the FNV-1a hash of the JSON, so a line that was
+//! damaged (not only one cut short) is never applied. A torn last line (a crash during the
+//! append: that change was never made) is ignored; any other unreadable line is reported by
+//! file and line, the readable entries are restored, and the file is kept aside as
+//! `journal.jsonl.corrupt` until someone has checked the node and deleted it.
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -43,6 +49,9 @@ pub enum Entry {
 pub struct Journal {
     path: PathBuf,
     file: File,
+    /// Bytes of whole entries: a failed append is cut back to this, so a full disk never
+    /// leaves half a line for the next entry to be glued to.
+    len: u64,
     /// Keys of what is already journaled: originals are recorded once (the first value is the true original).
     seen: HashSet<String>,
 }
@@ -65,8 +74,25 @@ impl Journal {
         state_dir.join("journal.jsonl")
     }
 
+    /// Where a journal with unreadable lines is kept after the readable ones were restored.
+    pub fn corrupt_path_in(state_dir: &Path) -> PathBuf {
+        state_dir.join("journal.jsonl.corrupt")
+    }
+
     /// Opens (creating) the journal in `state_dir`. Call `restore` first if one is left over.
+    /// Refuses while a corrupt journal is kept aside: what its unreadable lines changed may
+    /// still be in effect, and recording today's settings as "originals" would make it permanent.
     pub fn open(state_dir: &Path) -> Result<Journal, NodeError> {
+        let corrupt = Self::corrupt_path_in(state_dir);
+        if corrupt.exists() {
+            return Err(NodeError::Journal(format!(
+                "{}: a journal with unreadable entries is kept here; its readable entries were restored, but what \
+                 the others changed may still be in effect. Check the node (`tailor node status`; processes' \
+                 cgroups and scheduling policies), then delete {} to let the agent enforce again",
+                corrupt.display(),
+                corrupt.display()
+            )));
+        }
         std::fs::create_dir_all(state_dir).map_err(|e| NodeError::io(state_dir, e))?;
         let path = Self::path_in(state_dir);
         let file = OpenOptions::new().create(true).append(true).open(&path).map_err(|e| NodeError::io(&path, e))?;
@@ -74,8 +100,13 @@ impl Journal {
         if let Ok(dir) = File::open(state_dir) {
             let _ = dir.sync_all();
         }
-        let seen = read_entries(&path)?.iter().map(Entry::key).collect();
-        Ok(Journal { path, file, seen })
+        let read = read_entries(&path)?;
+        if let Some(problem) = read.corrupt.first() {
+            return Err(NodeError::Journal(format!("{problem}; restore it first (`tailor node safe-mode`)")));
+        }
+        let seen = read.entries.iter().map(Entry::key).collect();
+        let len = file.metadata().map_err(|e| NodeError::io(&path, e))?.len();
+        Ok(Journal { path, file, len, seen })
     }
 
     /// Whether an original for this change is already recorded.
@@ -89,10 +120,18 @@ impl Journal {
         if self.seen.contains(&key) {
             return Ok(());
         }
-        let mut line = serde_json::to_string(&entry).expect("journal entries serialize");
-        line.push('\n');
-        self.file.write_all(line.as_bytes()).map_err(|e| NodeError::io(&self.path, e))?;
-        self.file.sync_data().map_err(|e| NodeError::io(&self.path, e))?;
+        let line = encode_line(&entry);
+        let written = self.file.write_all(line.as_bytes()).and_then(|_| self.file.sync_data());
+        if let Err(e) = written {
+            // The change will not be made; take back whatever part of the line got out.
+            let _ = self.file.set_len(self.len);
+            return Err(NodeError::Journal(format!(
+                "{}: cannot record a change before making it ({e}); nothing more is changed until the state \
+                 directory takes writes again (free space, or make it writable)",
+                self.path.display()
+            )));
+        }
+        self.len += line.len() as u64;
         self.seen.insert(key);
         Ok(())
     }
@@ -102,14 +141,56 @@ impl Journal {
     }
 }
 
-fn read_entries(path: &Path) -> Result<Vec<Entry>, NodeError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+/// FNV-1a, 64 bits: a line's check value (not a defence against tampering, only damage).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// One journal line: JSON, a tab, the JSON's hash in hex, a newline.
+fn encode_line(entry: &Entry) -> String {
+    let json = serde_json::to_string(entry).expect("journal entries serialize");
+    let sum = fnv1a(json.as_bytes());
+    format!("{json}\t{sum:016x}\n")
+}
+
+/// Parses one line (without its newline); the error says what is wrong with it.
+pub(crate) fn parse_line(line: &str) -> Result<Entry, String> {
+    let (json, sum) = line.rsplit_once('\t').ok_or("no check value (a line cut short or overwritten)")?;
+    let want = u64::from_str_radix(sum.trim(), 16).map_err(|_| format!("check value {sum:?} is not hex"))?;
+    if fnv1a(json.as_bytes()) != want {
+        return Err("check value does not match (the line was damaged)".into());
+    }
+    serde_json::from_str(json).map_err(|e| format!("not a journal entry: {e}"))
+}
+
+/// What a journal file holds.
+struct ReadJournal {
+    entries: Vec<Entry>,
+    /// `file:line: what is wrong`, for every unreadable line but a torn last one.
+    corrupt: Vec<String>,
+}
+
+fn read_entries(path: &Path) -> Result<ReadJournal, NodeError> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(ReadJournal { entries: Vec::new(), corrupt: Vec::new() })
+        }
         Err(e) => return Err(NodeError::io(path, e)),
     };
-    // A crash can leave a torn last line; everything before it was fsynced and is kept.
-    Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+    let text = String::from_utf8_lossy(&bytes);
+    let complete = text.ends_with('\n');
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = ReadJournal { entries: Vec::new(), corrupt: Vec::new() };
+    for (i, line) in lines.iter().enumerate() {
+        match parse_line(line) {
+            Ok(e) => out.entries.push(e),
+            // A crash during an append leaves a torn last line: that change was never made.
+            Err(_) if i + 1 == lines.len() && !complete => {}
+            Err(why) => out.corrupt.push(format!("{}:{}: {why}", path.display(), i + 1)),
+        }
+    }
+    Ok(out)
 }
 
 /// What a restore did.
@@ -122,14 +203,38 @@ pub struct RestoreReport {
     pub dirs_removed: usize,
     /// Things that could not be undone (e.g. a process that exited is simply skipped, not listed).
     pub errors: Vec<String>,
+    /// Unreadable journal lines (`file:line: why`); the journal was moved to
+    /// [`Journal::corrupt_path_in`] and the agent will not enforce until it is deleted.
+    pub corrupt: Vec<String>,
+    /// Leftovers found in the agent's own cgroups beyond the journal (a truncated journal):
+    /// threads reset, tasks moved out, directories removed.
+    pub swept: usize,
+}
+
+impl RestoreReport {
+    /// The report's problems as lines for a log, each naming what it is about.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.errors.iter().map(|e| format!("could not undo: {e}")).collect();
+        for c in &self.corrupt {
+            out.push(format!("unreadable journal entry, not applied: {c}"));
+        }
+        if let Some(c) = self.corrupt.first() {
+            let file = c.split(':').next().unwrap_or("");
+            out.push(format!(
+                "the journal is kept as {file}.corrupt: check the node for what its unreadable entries changed, \
+                 then delete it to let the agent enforce again"
+            ));
+        }
+        out
+    }
 }
 
 /// Undoes every journaled change in reverse order, then removes the journal. Idempotent: a
 /// second call (or a call with no journal) does nothing.
 pub fn restore(state_dir: &Path) -> Result<RestoreReport, NodeError> {
     let path = Journal::path_in(state_dir);
-    let entries = read_entries(&path)?;
-    let mut report = RestoreReport { entries: entries.len(), ..Default::default() };
+    let ReadJournal { entries, corrupt } = read_entries(&path)?;
+    let mut report = RestoreReport { entries: entries.len(), corrupt, ..Default::default() };
     let created: Vec<&PathBuf> =
         entries.iter().filter_map(|e| if let Entry::CreatedDir { path, .. } = e { Some(path) } else { None }).collect();
     // Policies of processes we moved, so leftover threads born inside our cgroups can be reset.
@@ -195,12 +300,63 @@ pub fn restore(state_dir: &Path) -> Result<RestoreReport, NodeError> {
     for (path, original) in subtree_control {
         restore_file(path, original, &mut report);
     }
+    if !report.corrupt.is_empty() {
+        // Kept for the operator: the lines that could not be read say what may still be changed.
+        let aside = Journal::corrupt_path_in(state_dir);
+        std::fs::rename(&path, &aside).map_err(|e| NodeError::io(&aside, e))?;
+        return Ok(report);
+    }
     if let Err(e) = std::fs::remove_file(&path) {
         if e.kind() != std::io::ErrorKind::NotFound {
             return Err(NodeError::io(&path, e));
         }
     }
     Ok(report)
+}
+
+/// [`restore`], then [`sweep`] of the agent's own cgroups in `roots`.
+pub fn restore_and_sweep(state_dir: &Path, cgroup_name: &str, roots: &[PathBuf]) -> Result<RestoreReport, NodeError> {
+    let mut report = restore(state_dir)?;
+    sweep(roots, cgroup_name, &mut report);
+    Ok(report)
+}
+
+/// Puts back what the agent's own cgroups (`<root>/<cgroup_name>` in each hierarchy) still hold
+/// after the journal was restored: with a truncated journal, a process moved or a directory
+/// created by an entry that was lost. Threads at SCHED_IDLE or SCHED_RR inside (the tiers'
+/// policies; the runtime's own band is SCHED_FIFO and is left alone) go back to SCHED_OTHER, every
+/// task moves to the hierarchy's root, and the directories are removed, children first.
+pub fn sweep(roots: &[PathBuf], cgroup_name: &str, report: &mut RestoreReport) {
+    let none = std::collections::HashMap::new();
+    for root in roots {
+        let parent = root.join(cgroup_name);
+        if !parent.is_dir() {
+            continue;
+        }
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&parent)
+            .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect())
+            .unwrap_or_default();
+        dirs.push(parent.clone());
+        for dir in dirs {
+            for pid in pids_in(&dir) {
+                for tid in procs::tids(pid) {
+                    let Some(s) = procs::sched_state(tid) else { continue };
+                    if s.policy == libc::SCHED_IDLE || s.policy == libc::SCHED_RR {
+                        let back = SchedState { policy: libc::SCHED_OTHER, rt_priority: 0, nice: s.nice };
+                        if procs::set_sched_state(tid, back).is_ok() {
+                            report.swept += 1;
+                        }
+                    }
+                }
+            }
+            report.swept += pids_in(&dir).len();
+            evacuate(&dir, root, None, &none, report);
+            match remove_dir_retrying(&dir) {
+                Ok(()) => report.swept += 1,
+                Err(e) => report.errors.push(format!("{}: rmdir: {e}", dir.display())),
+            }
+        }
+    }
 }
 
 /// Moves a process back to the cgroup it came from or, if that is gone or now refuses it, to the
@@ -229,6 +385,10 @@ fn move_back(pid: u32, original_dir: &Path, hierarchy: &Path, report: &mut Resto
 }
 
 fn restore_file(path: &Path, original: &str, report: &mut RestoreReport) {
+    if path.parent().is_some_and(|dir| !dir.exists()) {
+        // A cgroup someone else owned and removed since (a pod that ended): nothing to undo.
+        return;
+    }
     match cgfs::write(path, original) {
         Ok(()) => report.files_restored += 1,
         Err(e) => report.errors.push(format!("{}: restore {:?}: {e}", path.display(), original)),
@@ -358,8 +518,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let target = dir.join("s");
         std::fs::write(&target, "x").unwrap();
-        let line = serde_json::to_string(&Entry::WroteFile { path: target.clone(), original: "a".into() }).unwrap();
-        std::fs::write(Journal::path_in(&dir), format!("{line}\n{{\"op\":\"wrote_fi")).unwrap();
+        let line = encode_line(&Entry::WroteFile { path: target.clone(), original: "a".into() });
+        std::fs::write(Journal::path_in(&dir), format!("{line}{{\"op\":\"wrote_fi")).unwrap();
         let report = restore(&dir).unwrap();
         assert_eq!(report.entries, 1);
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "a");

@@ -10,10 +10,13 @@ pub mod config;
 pub mod error;
 pub mod idle;
 pub mod journal;
+pub mod kubepods;
 pub mod ladder;
+pub mod metrics;
 pub mod probe;
 pub mod procs;
 pub mod runner;
+pub mod sizing;
 #[cfg(test)]
 mod v2_file_protocol_tests;
 

@@ -89,7 +89,7 @@ impl Fixture {
 
     fn entries(&self) -> Vec<Entry> {
         let text = std::fs::read_to_string(self.journal()).unwrap_or_default();
-        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+        text.lines().map(|l| crate::journal::parse_line(l).unwrap()).collect()
     }
 
     fn p(&self, rel: &str) -> PathBuf {

@@ -2,7 +2,7 @@
 //!
 //! Async servers must not run CPU-bound handlers on their I/O threads, and
 //! must not create a thread per request either. Workers are created on demand
-//! up to `max_threads`, reused, and retire after `IDLE_RETIRE` without work.
+//! up to `max_threads`, reused, and retire after `idle_retire` without work.
 //! A task is queued only when an idle worker is waiting for it, so the queue
 //! never holds more tasks than there are idle workers: beyond the bound,
 //! `submit` fails at once and the caller sheds the request.
@@ -12,8 +12,6 @@ use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 type Task = Box<dyn FnOnce() + Send>;
-
-const IDLE_RETIRE: Duration = Duration::from_secs(30);
 
 struct State {
     tasks: VecDeque<Task>,
@@ -46,13 +44,13 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    pub fn new(max_threads: usize, name: String) -> Self {
+    pub fn new(max_threads: usize, name: String, idle_retire: Duration) -> Self {
         Pool {
             state: Mutex::new(State { tasks: VecDeque::new(), idle: 0, threads: 0 }),
             on_start: std::sync::OnceLock::new(),
             on_spawn: std::sync::OnceLock::new(),
             on_exit: std::sync::OnceLock::new(),
-            idle_retire: IDLE_RETIRE,
+            idle_retire,
             spawning: Mutex::new(()),
             work: Condvar::new(),
             max_threads: max_threads.max(1),
@@ -85,7 +83,7 @@ impl Pool {
             Ok(_) => Ok(()),
             Err(e) => {
                 // Out of threads (ulimit): shed rather than fail the whole process.
-                eprintln!("tailor-runtime: cannot start a pool thread: {e}");
+                tracing::warn!(error = %e, "cannot start a pool thread; the task is shed");
                 self.state.lock().unwrap_or_else(|p| p.into_inner()).threads -= 1;
                 // The task moved into the closure that failed to spawn; it is dropped.
                 Err(Box::new(|| {}))
@@ -152,9 +150,7 @@ mod tests {
 
     #[test]
     fn a_retiring_thread_runs_the_exit_hook_once() {
-        let mut pool = Pool::new(4, "test-pool".into());
-        pool.idle_retire = Duration::from_millis(20);
-        let pool = Arc::new(pool);
+        let pool = Arc::new(Pool::new(4, "test-pool".into(), Duration::from_millis(20)));
         let (started, exited) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let s = started.clone();
         pool.set_on_start(Box::new(move || {

@@ -24,11 +24,13 @@ pub struct SchedulerOptions {
     pub thread_name: String,
     /// Print the one-line description of the backend on stderr when created.
     pub log: bool,
+    /// A domain-pool thread idle this long retires (the pool shrinks back after a burst).
+    pub idle_retire_ms: u64,
 }
 
 impl Default for SchedulerOptions {
     fn default() -> Self {
-        SchedulerOptions { max_threads: 512, thread_name: "tailor-job".into(), log: true }
+        SchedulerOptions { max_threads: 512, thread_name: "tailor-job".into(), log: true, idle_retire_ms: 30_000 }
     }
 }
 
@@ -95,12 +97,16 @@ impl Scheduler {
             }
         };
         if options.log {
-            eprintln!("tailor-runtime: {description}");
+            tracing::info!("{description}");
         }
         let inner = Arc::new(Inner {
             backend,
             counters: Counters::default(),
-            pool: Arc::new(Pool::new(options.max_threads, options.thread_name)),
+            pool: Arc::new(Pool::new(
+                options.max_threads,
+                options.thread_name,
+                std::time::Duration::from_millis(options.idle_retire_ms),
+            )),
             description,
         });
         if let Backend::Kernel(k) = &inner.backend {
@@ -121,7 +127,7 @@ impl Scheduler {
                 if let Some(inner) = weak.upgrade() {
                     if let Backend::Kernel(k) = &inner.backend {
                         if let Err(e) = k.pool_thread_started() {
-                            eprintln!("tailor-runtime: pool thread stays below the band: {e}");
+                            tracing::warn!(error = %e, "pool thread stays below the band");
                         }
                     }
                 }

@@ -14,6 +14,7 @@ pub(crate) struct Counters {
     pub panicked: AtomicU64,
     pub errors: AtomicU64,
     pub fallbacks: AtomicU64,
+    pub reattached: AtomicU64,
     pub max_running: AtomicU64,
 }
 
@@ -33,6 +34,7 @@ impl Counters {
             panicked: self.panicked.load(Relaxed),
             errors: self.errors.load(Relaxed),
             fallbacks: self.fallbacks.load(Relaxed),
+            reattached: self.reattached.load(Relaxed),
             max_running: self.max_running.load(Relaxed),
         }
     }
@@ -59,6 +61,8 @@ pub struct RuntimeStats {
     pub errors: u64,
     /// Times the kernel backend fell back to cooperative (agent gone).
     pub fallbacks: u64,
+    /// Times the kernel backend re-attached to an agent after a fallback.
+    pub reattached: u64,
     /// Most jobs admitted at the same time (cooperative backend), a check of the `c` bound.
     pub max_running: u64,
 }

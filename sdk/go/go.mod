@@ -1,3 +1,5 @@
 module github.com/tailor-sched/tailor/sdk/go
 
-go 1.19
+go 1.22
+
+require golang.org/x/sys v0.30.0

@@ -335,7 +335,7 @@ fn tailguard_budgets_come_from_the_planner_or_a_rut_table() {
     let computed = Model::build(&Scenario::from_toml(&text, &path).unwrap(), &Overrides::default()).unwrap();
     let with_rut = text.replace(
         "mode = \"tailguard\"",
-        "mode = \"tailguard\"\nrut_file = \"../../shared/data/tailbench/RUT_Mastree\"",
+        "mode = \"tailguard\"\nrut_file = \"../data/tailbench/RUT_Mastree\"",
     );
     let table = Model::build(&Scenario::from_toml(&with_rut, &path).unwrap(), &Overrides::default()).unwrap();
     let slo = 800_000; // 0.8 ms

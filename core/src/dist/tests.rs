@@ -11,7 +11,7 @@ const MS: f64 = NANOS_PER_MILLI as f64;
 
 /// The tailbench tables, wherever the workspace is checked out.
 fn tailbench_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/tailbench")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/tailbench")
 }
 
 fn build(toml_text: &str) -> Result<Dist, DistError> {

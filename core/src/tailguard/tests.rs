@@ -14,7 +14,7 @@ use crate::time::{Nanos, NANOS_PER_MILLI};
 const MS: f64 = NANOS_PER_MILLI as f64;
 
 fn tailbench_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/tailbench")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/tailbench")
 }
 
 fn table_dist(file: &str) -> Dist {

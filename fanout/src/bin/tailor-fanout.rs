@@ -11,7 +11,9 @@
 //! ```
 //!
 //! Each process prints `listening <addr>` once per socket it serves, then
-//! `ready`, and serves until it is killed or its stdin closes.
+//! `ready`, and serves until it is killed or its stdin closes. Every socket
+//! also answers `GET /metrics`, `/healthz` and `/readyz` (docs/observability.md);
+//! `--log-level LEVEL` / `--log-format text|json` (or RUST_LOG) set the logs on stderr.
 
 use std::io::BufRead;
 use std::net::SocketAddr;
@@ -26,9 +28,10 @@ use tailor_core::dist::Scaled;
 use tailor_core::policy::PolicySpec;
 use tailor_core::tailguard::SloClass;
 use tailor_core::time::from_millis_f64;
-use tailor_fanout::demo;
 use tailor_fanout::handler::{AdmissionConfig, HandlerConfig, Queuing, Scheme};
+use tailor_fanout::demo;
 use tailor_fanout::{service, Handler, PreciseTimer, TaskServer, TaskServerConfig};
+use tailor_telemetry::LogFormat;
 
 /// TailGuard's fan-out services as separate processes, and probes of one configuration.
 #[derive(Parser)]
@@ -36,6 +39,8 @@ use tailor_fanout::{service, Handler, PreciseTimer, TaskServer, TaskServerConfig
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: tailor_telemetry::LogArgs,
 }
 
 #[derive(Subcommand)]
@@ -151,14 +156,31 @@ struct HandlerArgs {
     /// Admission: reject a query at once when one of its tasks would wait past its deadline.
     #[arg(long, default_value_t = false, action = ArgAction::Set, requires = "r_th")]
     reject_late: bool,
+    /// A query whose tasks are not all back within this many times its SLO ends with 504,
+    /// naming the servers that did not answer.
+    #[arg(long, default_value_t = 20.0, value_parser = parse_positive)]
+    query_timeout_slos: f64,
 }
 
 fn parse_scheme(s: &str) -> Result<Scheme, String> {
     Scheme::parse(s)
 }
 
+fn parse_positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number")),
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
+    // The two services log JSON lines by default; every command takes --log-level/--log-format.
+    let daemon = matches!(cli.command, Command::Servers(_) | Command::Handler(_));
+    if let Err(e) = cli.log.init(if daemon { LogFormat::Json } else { LogFormat::Text }) {
+        eprintln!("tailor-fanout: {e}");
+        std::process::exit(2);
+    }
     let result = match cli.command {
         Command::Servers(a) => servers(&a),
         Command::Handler(a) => handler(&a),
@@ -262,6 +284,7 @@ fn handler(a: &HandlerArgs) -> Result<(), String> {
         refresh: Duration::from_millis(250),
         min_samples,
         seed: 1,
+        query_timeout_slos: Some(a.query_timeout_slos),
     };
     let rt = runtime()?;
     rt.block_on(async {

@@ -3,6 +3,7 @@
 //! the agent in safe mode (stock) and the agent enforcing — with PSI attribution per window.
 
 pub mod probe;
+mod redis;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -19,9 +20,26 @@ use crate::procs;
 use crate::runner::AgentCommand;
 use probe::ClientResult;
 
+/// The latency-critical server the ladder measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Server {
+    /// This project's probe server (`probe-server`): burns `service_us` per request.
+    Probe,
+    /// `redis-server` from the distribution (not part of this project): each request is an
+    /// `EVAL` of a Lua loop calibrated to `service_us` of CPU. Its client runs at SCHED_FIFO
+    /// outside every tier in both arms, as a separate client machine would.
+    Redis,
+}
+
+/// SCHED_FIFO priority of the load client in `Server::Redis` runs: any RT level keeps it
+/// ahead of the spinners; this one is above the critical band (SCHED_RR 1).
+const PROTECTED_CLIENT_PRIORITY: i32 = 2;
+
 /// Ladder parameters.
 #[derive(Clone, Debug, Serialize)]
 pub struct LadderOptions {
+    pub server: Server,
     pub steps: Vec<usize>,
     pub reps: usize,
     pub window_s: f64,
@@ -42,6 +60,7 @@ impl LadderOptions {
     /// The default run: about 3 minutes.
     pub fn standard() -> LadderOptions {
         LadderOptions {
+            server: Server::Probe,
             steps: vec![0, 1, 2, 4, 8],
             reps: 3,
             window_s: 4.0,
@@ -91,6 +110,8 @@ pub struct StepSummary {
 #[derive(Clone, Debug, Serialize)]
 pub struct LadderReport {
     pub options: LadderOptions,
+    /// The server as run: its version and, for Redis, the calibrated request.
+    pub server: String,
     pub capabilities: String,
     pub enforcing_mechanisms: Vec<String>,
     pub windows: Vec<WindowResult>,
@@ -103,25 +124,15 @@ pub struct LadderReport {
     pub elapsed_s: f64,
 }
 
-/// The enforcing arm's config: the probe (and its client) in a critical tier fenced to every
-/// CPU but the first, in a SCHED_RR band capped at 80% of each CPU by its RT budget (so a wake-up
-/// preempts CFS work at once, not at the next 4 ms tick); the spinners in a best-effort tier on
-/// the first CPU with cpu.idle.
+/// The enforcing arm's config: the shipped defaults (`tailor node plan`, see `sizing`) for a
+/// critical tier of demand `rho` CPUs — on this 2-CPU VM no fence, a SCHED_RR band capped by
+/// its RT budget and the top weight; a fence only on nodes where it leaves critical work two
+/// or more cores — and the spinners in a best-effort tier with cpu.idle.
 pub fn ladder_config(caps: &Capabilities, state_dir: &Path, cgroup_name: &str, rho: f64) -> NodeConfig {
-    let cpus = &caps.online_cpus;
-    let (critical, best_effort) = if cpus.len() >= 2 {
-        let rest: Vec<String> = cpus[1..].iter().map(|c| c.to_string()).collect();
-        (format!("cpus = \"{}\"\n", rest.join(",")), format!("cpus = \"{}\"\n", cpus[0]))
-    } else {
-        (String::new(), String::new())
-    };
+    let tiers = crate::sizing::tiers_toml(&crate::sizing::NodeShape::probe(caps), rho, "", "");
     let text = format!(
-        "state_dir = {state:?}\ncgroup_name = \"{cgroup_name}\"\nwindow_ms = 0\n\
-         [[tier]]\nname = \"critical\"\nkind = \"critical\"\ndemand_cpus = {rho}\n{critical}\
-         rt_priority = 1\n{rt_budget}\
-         [[tier]]\nname = \"best-effort\"\nkind = \"best-effort\"\n{best_effort}",
+        "state_dir = {state:?}\ncgroup_name = \"{cgroup_name}\"\nwindow_ms = 0\n{tiers}",
         state = state_dir.display().to_string(),
-        rt_budget = if caps.rt_group { "rt_runtime_us = 800000\n" } else { "" },
     );
     NodeConfig::parse(&text, "ladder config").expect("generated ladder config is valid")
 }
@@ -145,18 +156,19 @@ struct AgentGuard(Agent);
 impl Drop for AgentGuard {
     fn drop(&mut self) {
         if let Err(e) = self.0.safe_mode() {
-            eprintln!("ladder: restoring the agent: {e}");
+            tracing::error!(error = %e, "ladder: restoring the agent failed");
         }
         let _ = std::fs::remove_dir_all(self.0.state_dir());
     }
 }
 
-fn spawn_helper(helper: &AgentCommand, args: &[&str], tier: &str) -> Result<Child, String> {
-    Command::new(&helper.program)
-        .args(&helper.prefix)
-        .args(args)
-        .env("TAILOR_TIER", tier)
-        .stdin(Stdio::piped())
+fn spawn_helper(helper: &AgentCommand, args: &[&str], tier: Option<&str>) -> Result<Child, String> {
+    let mut cmd = Command::new(&helper.program);
+    cmd.args(&helper.prefix).args(args);
+    if let Some(tier) = tier {
+        cmd.env("TAILOR_TIER", tier);
+    }
+    cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -190,14 +202,41 @@ pub fn run(opts: &LadderOptions, progress: &dyn tailor_core::Progress) -> Result
         agent.0.tiers.iter().map(|t| format!("{}: {}", t.name, t.mechanisms.join(", "))).collect();
 
     let mut server_children = Children(Vec::new());
-    let mut server = spawn_helper(&helper, &["probe-server", "--workers", &opts.workers.to_string()], "critical")?;
-    let mut server_out = BufReader::new(server.stdout.take().expect("piped"));
-    server_children.0.push(server);
-    let port_line = read_line(&mut server_out, "probe server")?;
-    let port: u16 = port_line
-        .strip_prefix("port ")
-        .and_then(|p| p.parse().ok())
-        .ok_or_else(|| format!("probe server said {port_line:?}"))?;
+    let (port, client_args, server_description) = match opts.server {
+        Server::Probe => {
+            let mut server =
+                spawn_helper(&helper, &["probe-server", "--workers", &opts.workers.to_string()], Some("critical"))?;
+            let mut server_out = BufReader::new(server.stdout.take().expect("piped"));
+            server_children.0.push(server);
+            let port_line = read_line(&mut server_out, "probe server")?;
+            let port: u16 = port_line
+                .strip_prefix("port ")
+                .and_then(|p| p.parse().ok())
+                .ok_or_else(|| format!("probe server said {port_line:?}"))?;
+            (port, Vec::new(), format!("probe-server, {} workers", opts.workers))
+        }
+        Server::Redis => {
+            let (child, port, version) = redis::start(&state_dir)?;
+            server_children.0.push(child);
+            let (iterations, per_iteration_ns, rtt_us) = redis::calibrate(port, opts.service_us)?;
+            let description = format!(
+                "{version}; EVAL of a {iterations}-step Lua loop per request ({per_iteration_ns:.1} ns per step, \
+                 calibrated to {} µs of CPU; idle round trip {rtt_us:.0} µs); client SCHED_FIFO/{PROTECTED_CLIENT_PRIORITY} \
+                 outside the tiers",
+                opts.service_us
+            );
+            progress.line(&description);
+            let args = vec![
+                "--protocol".to_string(),
+                "redis".into(),
+                "--redis-iterations".into(),
+                iterations.to_string(),
+                "--rt-priority".into(),
+                PROTECTED_CLIENT_PRIORITY.to_string(),
+            ];
+            (port, args, description)
+        }
+    };
 
     let mut windows = Vec::new();
     let arms = ["stock", "enforcing"];
@@ -205,7 +244,7 @@ pub fn run(opts: &LadderOptions, progress: &dyn tailor_core::Progress) -> Result
     for &spinners in &opts.steps {
         let mut spinner_children = Children(Vec::new());
         for _ in 0..spinners {
-            spinner_children.0.push(spawn_helper(&helper, &["spinner"], "best-effort")?);
+            spinner_children.0.push(spawn_helper(&helper, &["spinner"], Some("best-effort"))?);
         }
         let spinner_pids: Vec<u32> = spinner_children.0.iter().map(|c| c.id()).collect();
         for rep in 0..opts.reps {
@@ -219,7 +258,7 @@ pub fn run(opts: &LadderOptions, progress: &dyn tailor_core::Progress) -> Result
                     agent.0.safe_mode().map_err(|e| e.to_string())?;
                 }
                 let seed = opts.seed + (spinners * 1000 + rep) as u64;
-                let result = measure_window(&helper, opts, port, seed, &mut agent.0, &spinner_pids)?;
+                let result = measure_window(&helper, opts, port, &client_args, seed, &mut agent.0, &spinner_pids)?;
                 let (latency, be_pct, attribution) = result;
                 let tag_ok = attribution.protected == (arm == "enforcing");
                 progress.advance(windows.len() as u64 + 1, &format!("{arm} spinners={spinners} rep={rep}"));
@@ -280,6 +319,7 @@ pub fn run(opts: &LadderOptions, progress: &dyn tailor_core::Progress) -> Result
     };
     Ok(LadderReport {
         options: opts.clone(),
+        server: server_description,
         capabilities,
         enforcing_mechanisms,
         stock_p99_growth: growth("stock", |s| s.p99_us),
@@ -295,6 +335,7 @@ fn measure_window(
     helper: &AgentCommand,
     opts: &LadderOptions,
     port: u16,
+    client_args: &[String],
     seed: u64,
     agent: &mut Agent,
     spinner_pids: &[u32],
@@ -318,7 +359,11 @@ fn measure_window(
         "--seed",
         &seed.to_string(),
     ];
-    let mut children = Children(vec![spawn_helper(helper, &args, "critical")?]);
+    let mut args: Vec<&str> = args.to_vec();
+    args.extend(client_args.iter().map(String::as_str));
+    // A protected client (Redis runs) is outside every tier; the probe's is in the critical one.
+    let tier = if client_args.is_empty() { Some("critical") } else { None };
+    let mut children = Children(vec![spawn_helper(helper, &args, tier)?]);
     let mut out = BufReader::new(children.0[0].stdout.take().expect("piped"));
     let ready = read_line(&mut out, "load client")?;
     if ready != "ready" {

@@ -94,9 +94,37 @@ fn serve(stream: TcpStream, workers: usize) -> std::io::Result<()> {
     Ok(())
 }
 
+/// What the load client talks to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Protocol {
+    /// The probe server: 16-byte requests (id, CPU ns), 8-byte replies (id), any order.
+    Probe,
+    /// A Redis server: `EVAL` of a Lua loop of `iterations` steps per request (CPU-bound in
+    /// the server, one request at a time), integer replies in request order.
+    Redis { iterations: u64 },
+}
+
+/// The Lua loop a Redis request runs: its CPU cost grows with ARGV[1].
+pub const REDIS_SCRIPT: &str = "local x = 0 for i = 1, tonumber(ARGV[1]) do x = x + i end return 1";
+
+/// One `EVAL REDIS_SCRIPT 0 <iterations>` request in RESP.
+pub fn redis_request(iterations: u64) -> Vec<u8> {
+    let n = iterations.to_string();
+    let args = ["EVAL", REDIS_SCRIPT, "0", n.as_str()];
+    let mut out = format!("*{}\r\n", args.len());
+    for a in args {
+        out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    out.into_bytes()
+}
+
 /// Load-client parameters.
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
+    pub protocol: Protocol,
+    /// SCHED_FIFO priority for the client's threads (protected from the spinners, as a
+    /// separate client machine would be), or `None` to run at the default policy.
+    pub rt_priority: Option<i32>,
     pub port: u16,
     pub rate_per_s: f64,
     pub duration: Duration,
@@ -125,6 +153,17 @@ pub fn load_client(opts: &ClientOptions) -> std::io::Result<()> {
     // Wake-ups on time: the default 50 µs timer slack would blur the intended send times.
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
+    if let Some(priority) = opts.rt_priority {
+        // Before any thread starts: the receiver inherits it.
+        let param = libc::sched_param { sched_priority: priority };
+        // SAFETY: a valid sched_param for the calling thread.
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+            return Err(std::io::Error::other(format!(
+                "load client: SCHED_FIFO/{priority}: {} (needs root, and an RT budget in its cpu cgroup)",
+                std::io::Error::last_os_error()
+            )));
+        }
+    }
     let stream = TcpStream::connect(("127.0.0.1", opts.port))?;
     stream.set_nodelay(true)?;
     println!("ready");
@@ -141,8 +180,44 @@ pub fn load_client(opts: &ClientOptions) -> std::io::Result<()> {
     let done = Arc::new(AtomicBool::new(false));
     let mut reader = stream.try_clone()?;
     reader.set_read_timeout(Some(Duration::from_millis(100)))?;
-    let receiver = {
-        let (latency, done) = (latency.clone(), done.clone());
+    let record = {
+        let latency = latency.clone();
+        move |id: usize| {
+            let now = start.elapsed().as_nanos() as u64;
+            let intended = (id as f64 * period_ns) as u64;
+            match latency.get(id) {
+                Some(slot) => {
+                    slot.store(now.saturating_sub(intended), Ordering::Relaxed);
+                    true
+                }
+                None => false,
+            }
+        }
+    };
+    let receiver = if let Protocol::Redis { .. } = opts.protocol {
+        let done = done.clone();
+        // Replies come in request order, one line each (`:1`, or `-ERR ...`).
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            let mut got = 0usize;
+            while got < n && !done.load(Ordering::Relaxed) {
+                match reader.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(k) => {
+                        for &b in &buf[..k] {
+                            if b == b'\n' {
+                                record(got);
+                                got += 1;
+                            }
+                        }
+                    }
+                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                    Err(_) => break,
+                }
+            }
+        })
+    } else {
+        let done = done.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 8];
             let mut got = 0usize;
@@ -154,11 +229,7 @@ pub fn load_client(opts: &ClientOptions) -> std::io::Result<()> {
                         filled += k;
                         if filled == 8 {
                             filled = 0;
-                            let id = u64::from_le_bytes(buf) as usize;
-                            let now = start.elapsed().as_nanos() as u64;
-                            let intended = (id as f64 * period_ns) as u64;
-                            if let Some(slot) = latency.get(id) {
-                                slot.store(now.saturating_sub(intended), Ordering::Relaxed);
+                            if record(u64::from_le_bytes(buf) as usize) {
                                 got += 1;
                             }
                         }
@@ -171,11 +242,19 @@ pub fn load_client(opts: &ClientOptions) -> std::io::Result<()> {
     };
     let mut rng = Rng::new(opts.seed);
     let mut writer = stream;
+    let redis = match opts.protocol {
+        Protocol::Redis { iterations } => Some(redis_request(iterations)),
+        Protocol::Probe => None,
+    };
     for id in 0..n {
         let intended = start + Duration::from_nanos((id as f64 * period_ns) as u64);
         let now = Instant::now();
         if intended > now {
             std::thread::sleep(intended - now);
+        }
+        if let Some(request) = &redis {
+            writer.write_all(request)?;
+            continue;
         }
         let service_ns = if opts.exponential { rng.exp(opts.service_us * 1e3) } else { opts.service_us * 1e3 } as u64;
         let mut msg = [0u8; 16];

@@ -24,6 +24,6 @@ mod server;
 pub use client::{inject, Inject, InjectLayer};
 pub use schedule::{Schedule, ScheduleLayer};
 pub use serve::serve;
-pub use server::{ContextConfig, ContextLayer, ContextService};
+pub use server::{write_encoded, ContextConfig, ContextLayer, ContextService};
 
 pub use tailor_core::Context;

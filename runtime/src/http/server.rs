@@ -60,7 +60,12 @@ impl ContextConfig {
 
 /// Replaces every carrier of the context in `headers` with `ctx`'s encoding.
 pub(crate) fn write_headers(headers: &mut HeaderMap, ctx: &Context) {
-    let encoded = wire::encode(ctx);
+    write_encoded(headers, &wire::encode(ctx));
+}
+
+/// Replaces every carrier of the context in `headers` (`tailor-context` and the `tailor`
+/// member of `baggage`) with `encoded`, e.g. a signed encoding ([`wire::encode_signed`]).
+pub fn write_encoded(headers: &mut HeaderMap, encoded: &wire::Encoded) {
     let value = HeaderValue::from_str(encoded.as_str()).expect("the codec emits header-safe bytes");
     headers.insert(wire::HEADER, value);
     // Several `baggage` lines are one list: join them, then put ours in (replacing any `tailor` member).

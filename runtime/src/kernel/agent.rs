@@ -18,7 +18,10 @@ use std::time::Duration;
 use tailor_core::policy::{Job, JobId};
 use tailor_core::{Nanos, PolicySpec};
 
+use super::agent_stats::AgentStats;
 use super::by_key::KeyAgent;
+use super::identity::Processes;
+use super::nspid::{self, Resolver};
 use super::sys::{self, ThreadPolicy};
 use super::table::{self, Table};
 use super::{AGENT_PRIORITY, BAND_PRIORITY};
@@ -120,6 +123,9 @@ pub struct AgentReport {
     /// Key ordering: moves of the base, and the level rewrites they cost.
     pub shifts: u64,
     pub rewrites: u64,
+    /// Jobs whose thread the agent could not find in the host's numbering (see `nspid`):
+    /// never written, they ran at their own policy.
+    pub unresolved: u64,
 }
 
 impl AgentReport {
@@ -128,7 +134,7 @@ impl AgentReport {
     pub(super) fn error(&mut self, msg: String) {
         self.errors += 1;
         if self.errors <= 20 {
-            eprintln!("tailor agent: {msg}");
+            tracing::warn!(errors = self.errors, "{msg}");
         }
     }
 }
@@ -141,6 +147,8 @@ struct Registered {
     wakes: u32,
     pid: i32,
     tid: i32,
+    /// The thread's start time (`Slot::start`): see `identity`.
+    start: u64,
     orig: ThreadPolicy,
 }
 
@@ -181,6 +189,15 @@ pub fn preflight() -> Result<(i64, i64), RuntimeError> {
 /// Runs the agent on the calling thread until `stop` is set; restores every registered
 /// thread before returning.
 pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, RuntimeError> {
+    run_agent_with_stats(cfg, stop, &AgentStats::default())
+}
+
+/// [`run_agent`], publishing its counters to `stats` as it runs (what `/metrics` reads).
+pub fn run_agent_with_stats(
+    cfg: &AgentConfig,
+    stop: &AtomicBool,
+    stats: &AgentStats,
+) -> Result<AgentReport, RuntimeError> {
     preflight()?;
     if cfg.cpus == 0 {
         return Err(RuntimeError::Config("agent: `cpus` must be at least 1".into()));
@@ -195,17 +212,22 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, Ru
             Some((Enforce::key_of(&cfg.policy, cfg.cpus).map_err(RuntimeError::Config)?, bucket_ns))
         }
     };
+    // One agent per table: the lock is the kernel's, so it is free again the moment its
+    // holder dies, however it dies (two agents started at once both pass the check below).
+    let _lock = lock_table(&cfg.table)?;
     // Refuse to take over a table another live agent serves.
     if let Ok(existing) = Table::open(&cfg.table) {
         let h = existing.header();
         let pid = h.agent_pid.load(Ordering::Acquire) as i32;
-        if h.agent_state.load(Ordering::Acquire) == table::AGENT_RUNNING && pid != 0 && sys::process_alive(pid) {
+        if existing.agent_serving() {
             return Err(RuntimeError::Unsupported(format!(
                 "{}: agent pid {pid} is already running on this table. Fix: stop it, or use another --table",
                 cfg.table.display()
             )));
         }
     }
+    let own_pid_ns =
+        nspid::own_pid_ns().map_err(|e| RuntimeError::Io { what: "/proc/self/ns/pid".into(), source: e })?;
     let original = sys::get_policy(0).map_err(|e| RuntimeError::Io { what: "sched_getscheduler".into(), source: e })?;
     sys::set_policy(0, ThreadPolicy::fifo(AGENT_PRIORITY)).map_err(|e| {
         RuntimeError::Unsupported(format!(
@@ -213,29 +235,72 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool) -> Result<AgentReport, Ru
             sys::rt_group_problem(0, 0).map(|p| format!(" ({p})")).unwrap_or_default()
         ))
     })?;
-    let result = Table::create(&cfg.table, cfg.slots).map(|table| {
+    let result = Table::create(&cfg.table, cfg.slots).and_then(|table| {
         let h = table.header();
+        h.agent_pid_ns.store(own_pid_ns, Ordering::Relaxed);
         if let Some((key, bucket_ns)) = key {
-            let mut agent = KeyAgent::new(&table, key, bucket_ns);
+            let mut agent = KeyAgent::new(&table, key, bucket_ns, Resolver::new(own_pid_ns));
             h.agent_pid.store(std::process::id(), Ordering::Relaxed);
             h.agent_state.store(table::AGENT_RUNNING, Ordering::Release);
-            agent.run(stop, cfg.verbose);
+            stats.started(table.slots());
+            agent.run(stop, cfg.verbose, stats);
             h.agent_state.store(table::AGENT_STOPPED, Ordering::Release);
+            stats.stopped();
             agent.restore_all();
-            return agent.report;
+            return truncated_or(&table, agent.report);
         }
-        let mut agent = Agent::new(&table, Driver::new(policy));
+        let mut agent = Agent::new(&table, Driver::new(policy), Resolver::new(own_pid_ns));
         h.agent_pid.store(std::process::id(), Ordering::Relaxed);
         h.fast_limit.store(fast_limit(&cfg.policy, cfg.cpus), Ordering::SeqCst);
         h.agent_state.store(table::AGENT_RUNNING, Ordering::Release);
-        agent.run(stop, cfg.verbose);
+        stats.started(table.slots());
+        agent.run(stop, cfg.verbose, stats);
         h.fast_limit.store(0, Ordering::SeqCst);
         h.agent_state.store(table::AGENT_STOPPED, Ordering::Release);
+        stats.stopped();
         agent.restore_all();
-        agent.report
+        truncated_or(&table, agent.report)
     });
     let _ = sys::set_policy(0, original);
     result
+}
+
+/// The agent's result: `report`, or an error if someone cut its table file short (it
+/// stopped serving it: see `table`, truncation; a supervisor starts a fresh one).
+fn truncated_or(table: &Table, report: AgentReport) -> Result<AgentReport, RuntimeError> {
+    if table.truncated() {
+        return Err(RuntimeError::Unsupported(format!(
+            "{}: the table file was cut short under the agent (truncated by another process); stopped serving \
+             it. Services fell back to cooperative; a new agent makes a fresh table they re-attach to",
+            table.path().display()
+        )));
+    }
+    Ok(report)
+}
+
+/// Takes `<table>.lock` (flock, exclusive) for the agent's life, or says who holds it.
+fn lock_table(table: &std::path::Path) -> Result<std::fs::File, RuntimeError> {
+    use std::os::unix::io::AsRawFd;
+    let mut path = table.as_os_str().to_owned();
+    path.push(".lock");
+    let path = PathBuf::from(path);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| RuntimeError::Io { what: format!("{}: open", path.display()), source: e })?;
+    // SAFETY: flock on an fd we hold.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let holder = Table::open(table).map(|t| t.header().agent_pid.load(Ordering::Acquire)).unwrap_or(0);
+        return Err(RuntimeError::Unsupported(format!(
+            "{}: another agent (pid {holder}) holds {}; one agent serves a table. Fix: stop it, or use another --table",
+            table.display(),
+            path.display()
+        )));
+    }
+    Ok(file)
 }
 
 /// While at most this many jobs are runnable, `policy` on `cpus` CPUs runs them all
@@ -266,10 +331,15 @@ struct Agent<'t> {
     report: AgentReport,
     /// `TAILOR_AGENT_TRACE` set: print every arrival and tick (debugging only).
     trace: bool,
+    processes: Processes,
+    /// Host ids of threads registered from other PID namespaces.
+    resolver: Resolver,
+    /// Slot → generation of a job whose thread could not be resolved (tried once).
+    unresolved: HashMap<usize, u64>,
 }
 
 impl<'t> Agent<'t> {
-    fn new(table: &'t Table, driver: Driver) -> Self {
+    fn new(table: &'t Table, driver: Driver, resolver: Resolver) -> Self {
         Agent {
             registered: vec![None; table.slots()],
             live: BTreeSet::new(),
@@ -280,15 +350,18 @@ impl<'t> Agent<'t> {
             handoff_in_flight: false,
             report: AgentReport::default(),
             trace: std::env::var_os("TAILOR_AGENT_TRACE").is_some(),
+            processes: Processes::default(),
+            resolver,
+            unresolved: HashMap::new(),
         }
     }
 
-    fn run(&mut self, stop: &AtomicBool, verbose: bool) {
+    fn run(&mut self, stop: &AtomicBool, verbose: bool, stats: &AgentStats) {
         let h = self.table.header();
         let (start_wall, start_cpu) = (monotonic_ns(), thread_cpu_ns());
         let mut next_reap = start_wall + REAP_EVERY;
         let mut next_log = start_wall + 1_000_000_000;
-        while !stop.load(Ordering::Relaxed) {
+        while !stop.load(Ordering::Relaxed) && !self.table.truncated() {
             h.heartbeat.fetch_add(1, Ordering::Release);
             let bell = h.doorbell.load(Ordering::SeqCst);
             let now = monotonic_ns();
@@ -296,19 +369,22 @@ impl<'t> Agent<'t> {
             if self.driver.next_tick().is_some_and(|t| t <= now) {
                 self.driver.tick(now);
                 if self.trace {
-                    eprintln!("agent: t={now} tick running={:?}", self.driver.running());
+                    tracing::trace!(t = now, running = ?self.driver.running(), "tick");
                 }
             }
             if now >= next_reap {
                 self.scan_all(now);
                 self.reap();
                 next_reap = now + REAP_EVERY;
+                stats.publish_cpu(thread_cpu_ns() - start_cpu);
             }
             self.apply();
             self.publish_successors(now);
+            self.report.handoffs = h.handoffs.load(Ordering::Relaxed);
+            stats.publish(&self.report, self.live.len(), self.driver.waiting(), now);
             if verbose && now >= next_log {
                 next_log = now + 1_000_000_000;
-                eprintln!("tailor agent: {:?} waiting={}", self.report, self.driver.waiting());
+                tracing::info!(report = ?self.report, waiting = self.driver.waiting(), "agent counters");
             }
             // Sleep until the doorbell rings, the policy's next tick, or the heartbeat.
             let now = monotonic_ns();
@@ -395,12 +471,31 @@ impl<'t> Agent<'t> {
                 }
             }
             if state == table::RUNNABLE || state == table::BLOCKED {
+                if self.unresolved.get(&i) == Some(&generation) {
+                    return;
+                }
+                // Host ids: a job registered from a pod names its thread in the pod's PID
+                // namespace (see `nspid`). One we cannot find is never written: let it run
+                // at its own policy, unordered, and say so.
+                let (pid, tid) = (slot.pid.load(Ordering::Relaxed) as i32, slot.tid.load(Ordering::Relaxed) as i32);
+                let ns = table::unpack_pid_ns(generation, slot.pid_ns.load(Ordering::Relaxed));
+                let Some((pid, tid)) = self.resolver.resolve(ns, pid, tid) else {
+                    self.report.unresolved += 1;
+                    self.report.error(format!(
+                        "slot {i}: no live thread is pid {pid} tid {tid} of PID namespace {ns:?}: it runs unordered. \
+                         Fix: run the agent in the host's PID namespace (hostPID: true) with the host's /proc"
+                    ));
+                    self.unresolved.insert(i, generation);
+                    self.admit(i);
+                    return;
+                };
                 let r = Registered {
                     generation,
                     state,
                     wakes,
-                    pid: slot.pid.load(Ordering::Relaxed) as i32,
-                    tid: slot.tid.load(Ordering::Relaxed) as i32,
+                    pid,
+                    tid,
+                    start: slot.start.load(Ordering::Relaxed),
                     orig: ThreadPolicy {
                         policy: slot.orig_policy.load(Ordering::Relaxed),
                         priority: slot.orig_priority.load(Ordering::Relaxed),
@@ -416,10 +511,12 @@ impl<'t> Agent<'t> {
                 // One that put itself in the band on the fast path: `apply` sees its `admitted`.
                 self.driver.arrive(now, job);
                 if self.trace {
-                    eprintln!(
-                        "agent: t={now} arrive {job:?} running={:?} next_tick={:?}",
-                        self.driver.running(),
-                        self.driver.next_tick()
+                    tracing::trace!(
+                        t = now,
+                        job = ?job,
+                        running = ?self.driver.running(),
+                        next_tick = ?self.driver.next_tick(),
+                        "arrive"
                     );
                 }
                 if state == table::BLOCKED {
@@ -514,6 +611,10 @@ impl<'t> Agent<'t> {
     fn set(&mut self, id: JobId, p: ThreadPolicy) -> Option<i32> {
         let i = slot_of(id);
         let r = self.registered[i].filter(|r| job_id(i, r.generation) == id)?;
+        if !self.processes.alive(r.pid, r.tid, r.start) {
+            self.free_dead(i, r);
+            return None;
+        }
         match self.table.set_policy_fenced(i, r.generation, r.tid, p, |state| state == table::RUNNABLE) {
             Ok(true) => Some(r.tid),
             Ok(false) => None,
@@ -574,11 +675,12 @@ impl<'t> Agent<'t> {
     fn reap(&mut self) {
         for i in 0..self.registered.len() {
             if let Some(r) = self.registered[i] {
-                if !sys::thread_alive(r.pid, r.tid) {
+                if !self.processes.same_thread(r.pid, r.tid, r.start) {
                     self.free_dead(i, r);
                 }
             }
         }
+        self.processes.forget_exited();
     }
 
     fn free_dead(&mut self, i: usize, r: Registered) {
@@ -608,6 +710,9 @@ impl<'t> Agent<'t> {
     fn restore_all(&mut self) {
         for &i in &self.live {
             let Some(r) = self.registered[i] else { continue };
+            if !self.processes.same_thread(r.pid, r.tid, r.start) {
+                continue;
+            }
             if let Ok(true) = self.table.set_policy_fenced(i, r.generation, r.tid, r.orig, |state| state != table::FREE)
             {
                 self.report.restored += 1;

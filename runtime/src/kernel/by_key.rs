@@ -21,7 +21,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tailor_core::Nanos;
 
 use super::agent::{AgentReport, HEARTBEAT, REAP_EVERY};
-use super::sys::{self, ThreadPolicy};
+use super::identity::Processes;
+use super::nspid::Resolver;
+use super::sys::ThreadPolicy;
+use super::agent_stats::AgentStats;
 use super::table::{self, Table};
 use crate::cpu::{monotonic_ns, realtime_ns, thread_cpu_ns};
 
@@ -32,13 +35,17 @@ const ROOM_LEVEL: i32 = table::TOP_LEVEL / 2;
 /// never in the future (every hop clamps them); deadlines are, by up to an SLO.
 const KEY_HORIZON_NS: Nanos = 10_000_000_000;
 
-/// A live job as the agent reads it from its slot.
+/// A live job as the agent reads it from its slot: `pid` and `tid` as the job wrote them,
+/// in PID namespace `pid_ns` (`None`: the agent's own); see `nspid`.
 #[derive(Clone, Copy)]
 struct Live {
     slot: usize,
     generation: u64,
     pid: i32,
     tid: i32,
+    /// The thread's start time (`Slot::start`): see `identity`.
+    start: u64,
+    pid_ns: Option<u64>,
     key: u64,
 }
 
@@ -46,17 +53,30 @@ pub(super) struct KeyAgent<'t> {
     table: &'t Table,
     key: u32,
     bucket_ns: u64,
+    /// Host ids of the threads of jobs registered from other PID namespaces, resolved
+    /// when the agent first writes or checks them, per job (slot and generation).
+    resolver: Resolver,
+    host_ids: std::collections::HashMap<(usize, u64), Option<(i32, i32)>>,
     pub(super) report: AgentReport,
+    processes: Processes,
 }
 
 impl<'t> KeyAgent<'t> {
-    pub(super) fn new(table: &'t Table, key: u32, bucket_ns: u64) -> Self {
+    pub(super) fn new(table: &'t Table, key: u32, bucket_ns: u64, resolver: Resolver) -> Self {
         let h = table.header();
         h.ordering.store(table::ORDER_BY_KEY, Ordering::SeqCst);
         h.key.store(key, Ordering::SeqCst);
         h.bucket_ns.store(bucket_ns, Ordering::SeqCst);
         h.base.store(0, Ordering::SeqCst);
-        KeyAgent { table, key, bucket_ns, report: AgentReport::default() }
+        KeyAgent {
+            table,
+            key,
+            bucket_ns,
+            resolver,
+            host_ids: Default::default(),
+            report: AgentReport::default(),
+            processes: Processes::default(),
+        }
     }
 
     /// The jobs now registered (RUNNABLE slots).
@@ -74,18 +94,20 @@ impl<'t> KeyAgent<'t> {
                 generation,
                 pid: s.pid.load(Ordering::Relaxed) as i32,
                 tid: s.tid.load(Ordering::Relaxed) as i32,
+                start: s.start.load(Ordering::Relaxed),
+                pid_ns: table::unpack_pid_ns(generation, s.pid_ns.load(Ordering::Relaxed)),
                 key: key.load(Ordering::Relaxed),
             });
         }
         live
     }
 
-    pub(super) fn run(&mut self, stop: &AtomicBool, verbose: bool) {
+    pub(super) fn run(&mut self, stop: &AtomicBool, verbose: bool, stats: &AgentStats) {
         let h = self.table.header();
         let (start_wall, start_cpu) = (monotonic_ns(), thread_cpu_ns());
         let mut next_reap = start_wall + REAP_EVERY;
         let mut next_log = start_wall + 1_000_000_000;
-        while !stop.load(Ordering::Relaxed) {
+        while !stop.load(Ordering::Relaxed) && !self.table.truncated() {
             h.heartbeat.fetch_add(1, Ordering::Release);
             let bell = h.doorbell.load(Ordering::SeqCst);
             let live = self.live();
@@ -104,16 +126,23 @@ impl<'t> KeyAgent<'t> {
             }
             let now = monotonic_ns();
             if now >= next_reap {
+                // Jobs that ended take their resolved ids with them.
+                let current: std::collections::HashSet<(usize, u64)> =
+                    live.iter().map(|j| (j.slot, j.generation)).collect();
+                self.host_ids.retain(|job, _| current.contains(job));
                 self.reap(&live);
                 next_reap = now + REAP_EVERY;
+                stats.publish_cpu(thread_cpu_ns() - start_cpu);
             }
+            // The kernel orders the jobs here: none waits on the agent.
+            stats.publish(&self.report, live.len(), 0, now);
             if verbose && now >= next_log {
                 next_log = now + 1_000_000_000;
-                eprintln!(
-                    "tailor agent: {:?} live={} base={}",
-                    self.report,
-                    live.len(),
-                    h.base.load(Ordering::Relaxed)
+                tracing::info!(
+                    report = ?self.report,
+                    live = live.len(),
+                    base = h.base.load(Ordering::Relaxed),
+                    "agent counters"
                 );
             }
             let rung = self.table.sleep_on_doorbell(bell, HEARTBEAT);
@@ -145,18 +174,41 @@ impl<'t> KeyAgent<'t> {
         }
     }
 
+    /// Host `(pid, tid)` of job `j`'s thread, resolved once per job; `None`: no live thread
+    /// is that job's (it died, or its ids now name another thread), never to be written.
+    fn host(&mut self, j: &Live) -> Option<(i32, i32)> {
+        let (resolver, ids) = (&mut self.resolver, &mut self.host_ids);
+        *ids.entry((j.slot, j.generation)).or_insert_with(|| resolver.resolve(j.pid_ns, j.pid, j.tid))
+    }
+
     /// Sets job `j`'s thread to `p` under the write fence (see `table`): only if the slot
-    /// still holds that job, RUNNABLE. `Ok(false)`: it left meanwhile, nothing written.
-    fn write(&self, j: &Live, p: ThreadPolicy) -> std::io::Result<bool> {
-        self.table.set_policy_fenced(j.slot, j.generation, j.tid, p, |state| state == table::RUNNABLE)
+    /// still holds that job, RUNNABLE. `Ok(false)`: it left meanwhile (or its thread cannot
+    /// be found), nothing written.
+    fn write(&mut self, j: &Live, p: ThreadPolicy) -> std::io::Result<bool> {
+        let Some((pid, tid)) = self.host(j) else {
+            self.report.unresolved += 1;
+            return Ok(false);
+        };
+        if !self.processes.same_thread(pid, tid, j.start) {
+            // Its process died (and the id may be another thread's now): never write it.
+            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        self.table.set_policy_fenced(j.slot, j.generation, tid, p, |state| state == table::RUNNABLE)
     }
 
     fn reap(&mut self, live: &[Live]) {
         for j in live {
-            if !sys::thread_alive(j.pid, j.tid) {
+            let alive = match self.host(j) {
+                Some((pid, tid)) => self.processes.same_thread(pid, tid, j.start),
+                // Not found: gone if the agent can see its namespace, else left alone (an
+                // agent without the host's PID namespace must not free live jobs' slots).
+                None => !self.resolver.sees(j.pid_ns),
+            };
+            if !alive {
                 self.free_dead(j);
             }
         }
+        self.processes.forget_exited();
     }
 
     fn free_dead(&mut self, j: &Live) {

@@ -3,6 +3,7 @@
 //!
 //! - [`table`]: the shared-memory registration table (a file in /dev/shm);
 //! - [`agent`]: the node agent (`tailor agent`), one policy instance for the node;
+//! - [`nspid`]: host ids of threads registered from other PID namespaces (pods);
 //! - this module: the service side. A job's thread claims a slot, writes its context,
 //!   marks it runnable and rings the agent, which puts it in the SCHED_FIFO band when
 //!   the policy runs it (until then it waits asleep; a job the policy preempts mid-run is
@@ -28,18 +29,23 @@
 //! threads [`IO_PRIORITY`] < watchdogs [`WATCHDOG_PRIORITY`] < agent [`AGENT_PRIORITY`].
 
 pub mod agent;
+pub mod agent_stats;
 mod by_key;
+mod identity;
+pub mod supervise;
+pub mod nspid;
 pub mod sys;
 pub mod table;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use tailor_core::Context;
 
-pub use agent::{preflight, run_agent, stop_on_signals, AgentConfig, AgentReport, Enforce};
+pub use agent::{preflight, run_agent, run_agent_with_stats, stop_on_signals, AgentConfig, AgentReport, Enforce};
+pub use agent_stats::AgentStats;
 use sys::ThreadPolicy;
 use table::Table;
 
@@ -62,34 +68,88 @@ pub const AGENT_PRIORITY: i32 = WATCHDOG_PRIORITY + 1;
 
 /// A job registered in the table (or, after a fallback, nothing to undo but its slot).
 pub(crate) struct Registration {
+    /// The agent the job registered with (its table stays mapped while the job lives,
+    /// also after this process re-attached to a new agent).
+    att: Arc<Attachment>,
     slot: usize,
     generation: u64,
     tid: i32,
     orig: ThreadPolicy,
 }
 
-pub(crate) struct KernelBackend {
+/// The agent this process is attached to: its table and the ordering it announced (set
+/// by the agent before it runs and never changed, so read once here, not per job).
+struct Attachment {
     table: Table,
+    /// The agent orders jobs by key (`table::ORDER_BY_KEY`): jobs take their own levels.
+    by_key: bool,
+    /// Key ordering: the key is the deadline (else the GAT), and its span per level.
+    key_is_deadline: bool,
+    bucket_ns: u64,
+    agent_pid: i32,
+}
+
+impl Attachment {
+    /// Maps the table at `path` if a live agent serves it (waiting up to 2 s for one that
+    /// is starting), else says why not.
+    fn open(path: &std::path::Path) -> Result<Attachment, RuntimeError> {
+        let t = Table::open(path)?;
+        let h = t.header();
+        // An agent creates its table a moment before it starts serving it.
+        let starting = Instant::now();
+        while h.agent_state.load(Ordering::Acquire) == table::AGENT_STARTING
+            && starting.elapsed() < Duration::from_secs(2)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let pid = h.agent_pid.load(Ordering::Acquire) as i32;
+        // Not by pid alone: in a pod the agent's pid is not in this PID namespace, so
+        // `agent_serving` falls back on the heartbeat.
+        if !t.agent_serving() {
+            return Err(RuntimeError::Unsupported(format!(
+                "{}: the agent (pid {pid}) is not running. Fix: start `tailor agent --table {}`",
+                path.display(),
+                path.display()
+            )));
+        }
+        Ok(Attachment {
+            by_key: h.ordering.load(Ordering::Acquire) == table::ORDER_BY_KEY,
+            key_is_deadline: h.key.load(Ordering::Acquire) == table::KEY_DEADLINE,
+            bucket_ns: h.bucket_ns.load(Ordering::Acquire),
+            agent_pid: pid,
+            table: t,
+        })
+    }
+}
+
+/// A thread's policy before we changed it, and the thread for good (`ThreadIdentity`): the
+/// watchdog writes a thread id only while it still names that thread.
+type Remembered = (ThreadPolicy, sys::ThreadIdentity);
+
+pub(crate) struct KernelBackend {
+    /// The agent jobs register with now; replaced when a new agent comes up (re-attach).
+    attached: RwLock<Arc<Attachment>>,
+    table_path: std::path::PathBuf,
     fallback: Cooperative,
     fell_back: AtomicBool,
     /// Threads of this process now in a job, with their policy before it: what the
     /// watchdog restores if the agent dies.
-    job_threads: Mutex<HashMap<i32, ThreadPolicy>>,
-    /// I/O threads raised above the band, with their original policy.
-    io_threads: Mutex<HashMap<i32, ThreadPolicy>>,
+    job_threads: Mutex<HashMap<i32, Remembered>>,
+    /// I/O and pool threads, with their natural policy (before any raise): raised above
+    /// the band while attached, at their natural policy after a fallback, raised again
+    /// on re-attach. A job's thread that is one of these goes back to this natural policy,
+    /// not to the I/O level it had before the job, once the process has fallen back.
+    io_threads: Mutex<HashMap<i32, Remembered>>,
     /// Pool threads raised by their spawner before they first ran, keyed by pthread
     /// handle, with the policy they would have started with.
     spawned: Mutex<HashMap<libc::pthread_t, ThreadPolicy>>,
     watchdog: Duration,
     /// `park = "idle"`: no admission wait (see `register`).
     park_idle: bool,
-    /// The agent orders jobs by key (`table::ORDER_BY_KEY`): jobs take their own levels.
-    by_key: bool,
-    /// Key ordering: the key is the deadline (else the GAT), and its span per level. Set by
-    /// the agent before it runs and never changed: read once here, not per job.
-    key_is_deadline: bool,
-    bucket_ns: u64,
     next_slot: AtomicUsize,
+    /// This process's PID namespace inode, written with every job: the ids in a slot are
+    /// this namespace's, which in a pod are not the agent's (see `nspid`).
+    pid_ns: u64,
     description: String,
 }
 
@@ -118,28 +178,16 @@ impl KernelBackend {
                 2 * agent::HEARTBEAT.as_millis()
             )));
         }
-        let t = Table::open(table)?;
-        let h = t.header();
-        // An agent creates its table a moment before it starts serving it.
-        let starting = Instant::now();
-        while h.agent_state.load(Ordering::Acquire) == table::AGENT_STARTING
-            && starting.elapsed() < Duration::from_secs(2)
-        {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let pid = h.agent_pid.load(Ordering::Acquire) as i32;
-        if h.agent_state.load(Ordering::Acquire) != table::AGENT_RUNNING || !sys::process_alive(pid) {
-            return Err(RuntimeError::Unsupported(format!(
-                "{}: the agent (pid {pid}) is not running. Fix: start `tailor agent --table {}`",
-                table.display(),
-                table.display()
-            )));
-        }
+        let att = Attachment::open(table)?;
+        let (pid, by_key, key_is_deadline, bucket_ns) = (att.agent_pid, att.by_key, att.key_is_deadline, att.bucket_ns);
+        let pid_ns = nspid::own_pid_ns().map_err(|e| {
+            RuntimeError::Unsupported(format!(
+                "kernel backend: cannot read /proc/self/ns/pid ({e}): the agent needs this process's PID namespace \
+                 to find its threads. Fix: mount /proc in the container (every runtime does by default)"
+            ))
+        })?;
         let c = if *fallback_c == 0 { available_cpus() } else { *fallback_c };
         let fallback = Cooperative::new(fallback_policy, c)?;
-        let by_key = h.ordering.load(Ordering::Acquire) == table::ORDER_BY_KEY;
-        let key_is_deadline = h.key.load(Ordering::Acquire) == table::KEY_DEADLINE;
-        let bucket_ns = h.bucket_ns.load(Ordering::Acquire);
         let ordering = if by_key {
             let key = if key_is_deadline { "deadline" } else { "GAT" };
             format!("jobs at SCHED_FIFO 1..={} by {key}, one level per {} µs", table::TOP_LEVEL, bucket_ns as f64 / 1e3)
@@ -148,23 +196,22 @@ impl KernelBackend {
         };
         let description = format!(
             "backend kernel (agent pid {pid}, table {}, {} slots; {ordering}; watchdog {watchdog_ms} ms, then \
-             cooperative {fallback_policy:?} c={c})",
+             cooperative {fallback_policy:?} c={c}, re-attached when an agent serves the table again)",
             table.display(),
-            t.slots()
+            att.table.slots()
         );
         Ok(KernelBackend {
-            table: t,
+            attached: RwLock::new(Arc::new(att)),
+            table_path: table.clone(),
             fallback,
             fell_back: AtomicBool::new(false),
             job_threads: Mutex::new(HashMap::new()),
             io_threads: Mutex::new(HashMap::new()),
             spawned: Mutex::new(HashMap::new()),
             park_idle: *park == crate::config::Park::Idle,
-            by_key,
-            key_is_deadline,
-            bucket_ns,
             watchdog: Duration::from_millis(*watchdog_ms),
             next_slot: AtomicUsize::new(0),
+            pid_ns,
             description,
         })
     }
@@ -178,17 +225,40 @@ impl KernelBackend {
     }
 
     pub fn fell_back(&self) -> bool {
-        self.fell_back.load(Ordering::Acquire)
+        // SeqCst: a thread that changed its own policy and then reads `false` here is
+        // ordered before the watchdog's fallback, whose restore then lands after its change.
+        self.fell_back.load(Ordering::SeqCst)
+    }
+
+    fn attachment(&self) -> Arc<Attachment> {
+        self.attached.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// What the calling thread goes back to once this process has fallen back: its natural
+    /// policy if it is an I/O or pool thread, else `orig` (its policy before the job).
+    fn natural(&self, tid: i32, orig: ThreadPolicy) -> ThreadPolicy {
+        lock(&self.io_threads).get(&tid).map_or(orig, |(natural, _)| *natural)
+    }
+
+    /// Call after the calling thread changed its own policy: if the watchdog fell back
+    /// meanwhile (its restore may have landed before our change), put the thread back
+    /// to its natural policy ourselves. Either the watchdog's restore comes after our
+    /// change, or this check sees the fallback: nothing stays raised.
+    fn settle(&self, orig: ThreadPolicy) {
+        if self.fell_back() {
+            let _ = sys::set_policy(0, self.natural(sys::gettid(), orig));
+        }
     }
 
     /// Registers a job of the calling thread.
     pub fn enter(&self, ctx: &Context, counters: &Counters) -> PermitJob {
         if !self.fell_back() {
-            if self.by_key {
-                if let Some(reg) = self.register_by_key(ctx, counters) {
+            let att = self.attachment();
+            if att.by_key {
+                if let Some(reg) = self.register_by_key(&att, ctx, counters) {
                     return PermitJob::Kernel(reg);
                 }
-            } else if let Some(reg) = self.register(ctx, counters) {
+            } else if let Some(reg) = self.register(&att, ctx, counters) {
                 let waited = self.wait_for_admission(&reg);
                 Counters::add(&counters.waited_ns, waited);
                 return PermitJob::Kernel(reg);
@@ -201,24 +271,24 @@ impl KernelBackend {
 
     /// Key ordering: claim a slot, publish RUNNABLE, take the level of our key. No wait:
     /// the kernel runs us when we are among the highest levels.
-    fn register_by_key(&self, ctx: &Context, counters: &Counters) -> Option<Registration> {
-        let reg = self.claim(ctx, counters)?;
-        let s = self.table.slot(reg.slot);
+    fn register_by_key(&self, att: &Arc<Attachment>, ctx: &Context, counters: &Counters) -> Option<Registration> {
+        let reg = self.claim(att, ctx, counters)?;
+        let s = att.table.slot(reg.slot);
         s.admitted.store(table::SELF_ADMITTED, Ordering::Relaxed);
         // RUNNABLE before we read the base: an agent shift that stores a new base after our
         // read finds us in its scan and rewrites our level (see `table`, "key ordering").
         s.word.store(table::pack(reg.generation, table::RUNNABLE), Ordering::SeqCst);
-        let h = self.table.header();
-        let key = if self.key_is_deadline { ctx.deadline } else { ctx.gat };
+        let h = att.table.header();
+        let key = if att.key_is_deadline { ctx.deadline } else { ctx.gat };
         loop {
             let base = h.base.load(Ordering::SeqCst);
-            let level = table::level(key, base, self.bucket_ns);
+            let level = table::level(key, base, att.bucket_ns);
             if let Err(e) = sys::set_policy(0, ThreadPolicy::fifo(level)) {
                 Counters::add(&counters.errors, 1);
                 // Once per process: every job would fail the same way (`stats().errors` counts them).
                 static LOGGED: AtomicBool = AtomicBool::new(false);
                 if !LOGGED.swap(true, Ordering::Relaxed) {
-                    eprintln!("tailor-runtime: cannot take SCHED_FIFO/{level}: {e}; jobs run at their thread's policy");
+                    tracing::warn!(error = %e, "cannot take SCHED_FIFO/{level}; jobs run at their thread's policy");
                 }
                 break;
             }
@@ -227,62 +297,69 @@ impl KernelBackend {
                 // shifts. (A job with no deadline under edf belongs at the bottom anyway.)
                 if level <= table::SHIFT_LEVEL && key != tailor_core::time::NEVER {
                     h.newest.fetch_max(key, Ordering::SeqCst);
-                    self.table.ring();
+                    att.table.ring();
                 }
                 break;
             }
         }
+        self.settle(reg.orig);
         Some(reg)
     }
 
     /// Claims a free slot for a job of the calling thread and writes its context; the slot
     /// is CLAIMED (the agent ignores it) until the caller publishes RUNNABLE.
-    fn claim(&self, ctx: &Context, counters: &Counters) -> Option<Registration> {
-        let tid = sys::gettid();
+    fn claim(&self, att: &Arc<Attachment>, ctx: &Context, counters: &Counters) -> Option<Registration> {
+        let me = sys::ThreadIdentity::current();
+        let (tid, thread_start) = (me.tid, me.start);
         // Safe to read as "the policy before this job": the write fence (see `table`) means
         // no agent write for an earlier job of this thread can still be in flight.
         let orig = match sys::get_policy(0) {
             Ok(p) => p,
             Err(e) => {
                 Counters::add(&counters.errors, 1);
-                eprintln!("tailor-runtime: sched_getattr: {e}");
+                tracing::warn!(error = %e, "sched_getattr failed");
                 return None;
             }
         };
-        let n = self.table.slots();
+        let n = att.table.slots();
         let start = self.next_slot.fetch_add(1, Ordering::Relaxed) % n;
         let (slot, generation) = (0..n).find_map(|k| {
             let i = (start + k) % n;
-            let word = self.table.slot(i).word.load(Ordering::Relaxed);
+            let word = att.table.slot(i).word.load(Ordering::Relaxed);
             let (generation, state) = table::unpack(word);
             let claimed = table::pack(generation + 1, table::CLAIMED);
             (state == table::FREE
-                && self.table.slot(i).word.compare_exchange(word, claimed, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+                && att.table.slot(i).word.compare_exchange(word, claimed, Ordering::AcqRel, Ordering::Relaxed).is_ok())
             .then_some((i, generation + 1))
         })?;
-        let s = self.table.slot(slot);
+        let s = att.table.slot(slot);
         s.pid.store(std::process::id(), Ordering::Relaxed);
         s.tid.store(tid as u32, Ordering::Relaxed);
+        s.start.store(thread_start, Ordering::Relaxed);
+        s.pid_ns.store(table::pack_pid_ns(generation, self.pid_ns), Ordering::Relaxed);
         s.gat.store(ctx.gat, Ordering::Relaxed);
         s.deadline.store(ctx.deadline, Ordering::Relaxed);
         s.class.store(ctx.class as u32, Ordering::Relaxed);
         s.orig_policy.store(orig.policy, Ordering::Relaxed);
         s.orig_priority.store(orig.priority, Ordering::Relaxed);
         s.successor.store(0, Ordering::Relaxed);
-        lock(&self.job_threads).insert(tid, orig);
-        Some(Registration { slot, generation, tid, orig })
+        lock(&self.job_threads).insert(tid, (orig, me));
+        Some(Registration { att: att.clone(), slot, generation, tid, orig })
     }
 
-    fn register(&self, ctx: &Context, counters: &Counters) -> Option<Registration> {
-        let reg = self.claim(ctx, counters)?;
+    fn register(&self, att: &Arc<Attachment>, ctx: &Context, counters: &Counters) -> Option<Registration> {
+        let reg = self.claim(att, ctx, counters)?;
         let (slot, generation) = (reg.slot, reg.generation);
-        let s = self.table.slot(slot);
+        let s = att.table.slot(slot);
         // The fast path (see `table`): the node has room, so the policy runs us; we enter the
         // band ourselves while CLAIMED, the only time before the job's end that we may. After
         // RUNNABLE the agent is the one writer of this thread's policy.
-        let h = self.table.header();
+        let h = att.table.header();
         let has_room = h.runnable.fetch_add(1, Ordering::SeqCst) < h.fast_limit.load(Ordering::SeqCst);
         let fast = !self.park_idle && has_room && sys::set_policy(0, ThreadPolicy::fifo(BAND_PRIORITY)).is_ok();
+        if fast {
+            self.settle(reg.orig);
+        }
         // `park = "idle"`: the earlier design (start at once above the band, the agent parks
         // the job at SCHED_IDLE if it must wait), kept for side-by-side measurement.
         let admitted = match (fast, self.park_idle) {
@@ -293,9 +370,9 @@ impl KernelBackend {
         s.admitted.store(admitted, Ordering::Relaxed);
         s.word.store(table::pack(generation, table::RUNNABLE), Ordering::SeqCst);
         if fast {
-            self.table.mark(slot);
+            att.table.mark(slot);
         } else {
-            self.table.changed(slot);
+            att.table.changed(slot);
         }
         Some(reg)
     }
@@ -306,7 +383,8 @@ impl KernelBackend {
     /// to the watchdog's reaction time.
     fn wait_for_admission(&self, reg: &Registration) -> u64 {
         const RECHECK: Duration = Duration::from_millis(20);
-        let admitted = &self.table.slot(reg.slot).admitted;
+        let table = &reg.att.table;
+        let admitted = &table.slot(reg.slot).admitted;
         if admitted.load(Ordering::Acquire) != table::WAITING {
             return 0;
         }
@@ -319,8 +397,9 @@ impl KernelBackend {
             // its. If the band refuses us, we still run (above it, as the agent's fallback
             // would have us) and it corrects us at its next pass.
             let _ = sys::set_policy(0, ThreadPolicy::fifo(BAND_PRIORITY));
+            self.settle(reg.orig);
             let _ = admitted.compare_exchange(table::HANDED, table::SELF_ADMITTED, Ordering::AcqRel, Ordering::Relaxed);
-            self.table.mark(reg.slot);
+            table.mark(reg.slot);
         }
         start.elapsed().as_nanos() as u64
     }
@@ -332,41 +411,42 @@ impl KernelBackend {
     /// that finds a job started in this one's place also finds, by its next scan, that
     /// this one left.
     fn leave_band(&self, reg: &Registration, state: u64) -> Option<u64> {
-        let successor = self.table.slot(reg.slot).successor.load(Ordering::SeqCst);
-        self.table.leave_runnable(reg.slot, reg.generation, state);
-        self.table.mark(reg.slot);
-        let h = self.table.header();
+        let table = &reg.att.table;
+        let successor = table.slot(reg.slot).successor.load(Ordering::SeqCst);
+        table.leave_runnable(reg.slot, reg.generation, state);
+        table.mark(reg.slot);
+        let h = table.header();
         let was_full = h.runnable.fetch_sub(1, Ordering::SeqCst) > h.fast_limit.load(Ordering::SeqCst);
         was_full.then_some(successor)
     }
 
     /// After [`Self::leave_band`]: if jobs waited, hand the CPU to the policy's successor
     /// ourselves, or ring the agent.
-    fn cpu_freed(&self, waited: Option<u64>) {
-        if waited.is_some_and(|successor| !self.hand_off(successor)) {
-            self.table.ring();
+    fn cpu_freed(&self, table: &Table, waited: Option<u64>) {
+        if waited.is_some_and(|successor| !self.hand_off(table, successor)) {
+            table.ring();
         }
     }
 
     /// Claims the successor the agent published (see `table`, "the hand-off") and wakes it.
-    fn hand_off(&self, successor: u64) -> bool {
+    fn hand_off(&self, table: &Table, successor: u64) -> bool {
         let Some((i, generation_bits)) = table::unpack_successor(successor) else { return false };
-        if i >= self.table.slots() || self.fell_back() {
+        if i >= table.slots() || self.fell_back() {
             return false;
         }
-        let s = self.table.slot(i);
+        let s = table.slot(i);
         if !table::is_runnable_successor(s.word.load(Ordering::SeqCst), generation_bits)
             || s.admitted.compare_exchange(table::WAITING, table::HANDED, Ordering::AcqRel, Ordering::Relaxed).is_err()
         {
             return false;
         }
         sys::futex_wake(&s.admitted);
-        self.table.header().handoffs.fetch_add(1, Ordering::Relaxed);
+        table.header().handoffs.fetch_add(1, Ordering::Relaxed);
         true
     }
 
     pub fn block(&self, reg: &Registration) {
-        if self.by_key {
+        if reg.att.by_key {
             // Keep the level: when the call returns, the kernel runs us by it.
             return;
         }
@@ -375,13 +455,16 @@ impl KernelBackend {
         // BLOCKED first and wait out any agent write in flight, so the agent cannot
         // overwrite this with the band or SCHED_IDLE.
         let waited = self.leave_band(reg, table::BLOCKED);
-        let _ = sys::set_policy(0, ThreadPolicy::fifo(IO_PRIORITY));
-        self.cpu_freed(waited);
+        if !self.fell_back() {
+            let _ = sys::set_policy(0, ThreadPolicy::fifo(IO_PRIORITY));
+            self.settle(reg.orig);
+        }
+        self.cpu_freed(&reg.att.table, waited);
     }
 
     /// The job's blocking call returned; returns the ns it then waited to run again.
     pub fn wake(&self, reg: &Registration) -> u64 {
-        if self.by_key {
+        if reg.att.by_key {
             return 0;
         }
         // As a new job: with room on the node, back into the band by ourselves (while
@@ -389,27 +472,31 @@ impl KernelBackend {
         // (or handed a CPU). On a full node no policy here runs a waking job at once
         // (orf preempts at slice ends, the others never), so waiting asleep costs it
         // nothing and spares the agent a demotion of a thread running above the band.
-        let h = self.table.header();
+        let table = &reg.att.table;
+        let h = table.header();
         let has_room = h.runnable.fetch_add(1, Ordering::SeqCst) < h.fast_limit.load(Ordering::SeqCst);
         let fast = !self.park_idle
             && has_room
             && !self.fell_back()
             && sys::set_policy(0, ThreadPolicy::fifo(BAND_PRIORITY)).is_ok();
+        if fast {
+            self.settle(reg.orig);
+        }
         let admitted = match (fast, self.park_idle) {
             (true, _) => table::SELF_ADMITTED,
             // `park = "idle"`: run on above the band; the agent parks us if it must.
             (false, true) => table::ADMITTED,
             (false, false) => table::WAITING,
         };
-        let s = self.table.slot(reg.slot);
+        let s = table.slot(reg.slot);
         s.admitted.store(admitted, Ordering::Relaxed);
         s.wakes.fetch_add(1, Ordering::SeqCst);
         s.word.store(table::pack(reg.generation, table::RUNNABLE), Ordering::SeqCst);
         if fast {
-            self.table.mark(reg.slot);
+            table.mark(reg.slot);
             0
         } else {
-            self.table.changed(reg.slot);
+            table.changed(reg.slot);
             self.wait_for_admission(reg)
         }
     }
@@ -417,21 +504,25 @@ impl KernelBackend {
     pub fn leave(&self, reg: &Registration, counters: &Counters) {
         // FREE, then wait out any agent write in flight for this job: after that the
         // agent never writes this thread for this job, so our restore is the last word.
-        let waited = if self.by_key {
-            self.table.leave_runnable(reg.slot, reg.generation, table::FREE);
+        let waited = if reg.att.by_key {
+            reg.att.table.leave_runnable(reg.slot, reg.generation, table::FREE);
             None
         } else {
             self.leave_band(reg, table::FREE)
         };
-        match sys::set_policy(0, reg.orig) {
+        // After a fallback, an I/O or pool thread's pre-job policy is the I/O level the
+        // watchdog already took it off: it goes to its natural policy instead.
+        let restore = if self.fell_back() { self.natural(reg.tid, reg.orig) } else { reg.orig };
+        match sys::set_policy(0, restore) {
             Ok(()) => Counters::add(&counters.priority_changes, 1),
             Err(e) => {
                 Counters::add(&counters.errors, 1);
-                eprintln!("tailor-runtime: cannot restore {} after a job: {e}", reg.orig.describe());
+                tracing::warn!(error = %e, "cannot restore {} after a job", restore.describe());
             }
         }
+        self.settle(reg.orig);
         lock(&self.job_threads).remove(&reg.tid);
-        self.cpu_freed(waited);
+        self.cpu_freed(&reg.att.table, waited);
     }
 
     pub fn io_thread_started(&self) -> Result<(), RuntimeError> {
@@ -451,8 +542,12 @@ impl KernelBackend {
         }
         let Ok(spawner) = sys::get_policy(0) else { return };
         let thread = handle.as_pthread_t();
+        // Under the lock: a fallback restores the threads in `spawned` by handle, and a
+        // thread leaves the map (its first act) before it can end, so a handle in the map
+        // names a live thread.
+        let mut spawned = lock(&self.spawned);
         if sys::set_pthread_policy(thread, ThreadPolicy::fifo(IO_PRIORITY)).is_ok() {
-            lock(&self.spawned).insert(thread, spawner.inherited_by_child());
+            spawned.insert(thread, spawner.inherited_by_child());
         }
     }
 
@@ -461,29 +556,31 @@ impl KernelBackend {
     pub fn pool_thread_started(&self) -> Result<(), RuntimeError> {
         // SAFETY: pthread_self has no preconditions.
         let natural = lock(&self.spawned).remove(&unsafe { libc::pthread_self() });
-        if self.fell_back() {
-            // Raised by the spawner after the watchdog restored everything: undo that.
-            if let Some(n) = natural {
-                let _ = sys::set_policy(0, n);
-            }
-            return Ok(());
-        }
         self.raise_io_thread(natural)
     }
 
+    /// Remembers the calling thread's natural policy (`natural`, or the one it has now)
+    /// and raises it above the band unless this process has fallen back; a fallback or a
+    /// re-attach racing with this finds the thread in `io_threads` or is seen by `settle`.
     fn raise_io_thread(&self, natural: Option<ThreadPolicy>) -> Result<(), RuntimeError> {
-        if self.fell_back() {
-            return Ok(());
-        }
         let orig = match natural {
             Some(p) => p,
             None => {
                 sys::get_policy(0).map_err(|e| RuntimeError::Io { what: "sched_getscheduler".into(), source: e })?
             }
         };
+        let me = sys::ThreadIdentity::current();
+        lock(&self.io_threads).insert(me.tid, (orig, me));
+        if self.fell_back() {
+            // Raised by the spawner after the watchdog restored everything: undo that.
+            if natural.is_some() {
+                let _ = sys::set_policy(0, orig);
+            }
+            return Ok(());
+        }
         sys::set_policy(0, ThreadPolicy::fifo(IO_PRIORITY))
             .map_err(|e| RuntimeError::Io { what: format!("I/O thread to SCHED_FIFO/{IO_PRIORITY}"), source: e })?;
-        lock(&self.io_threads).insert(sys::gettid(), orig);
+        self.settle(orig);
         Ok(())
     }
 
@@ -491,56 +588,82 @@ impl KernelBackend {
         // Release the lock before the policy change: once below the band this thread may
         // not run again for a while, and a new pool thread needs the lock to start.
         let orig = lock(&self.io_threads).remove(&sys::gettid());
-        if let Some(orig) = orig {
+        if let Some((orig, _)) = orig {
             let _ = sys::set_policy(0, orig);
         }
     }
 
     /// Starts this process's watchdog thread; it ends when the scheduler is dropped.
+    /// Attached, it falls back when the agent's heartbeat stops; fallen back, it watches
+    /// the table path and re-attaches once a live agent serves it again.
     pub fn start_watchdog(&self, inner: Weak<Inner>) {
         let spawned = std::thread::Builder::new().name("tailor-watchdog".into()).spawn(move || {
-            // Above the band: a saturated band must not stop us from noticing a dead agent.
+            // Above the band while attached: a saturated band must not stop us from noticing
+            // a dead agent. Fallen back, nothing here runs at an RT priority, this thread too.
+            let natural = sys::get_policy(0).unwrap_or(ThreadPolicy { policy: libc::SCHED_OTHER, priority: 0 });
             if let Err(e) = sys::set_policy(0, ThreadPolicy::fifo(WATCHDOG_PRIORITY)) {
-                eprintln!("tailor-runtime: watchdog stays SCHED_OTHER ({e}); it may react late while the band is busy");
+                tracing::warn!(error = %e, "watchdog stays SCHED_OTHER; it may react late while the band is busy");
             }
             let mut last = (u64::MAX, Instant::now());
+            // Fallen back: the agent we last saw, and the heartbeat seen on the table at the
+            // path (a re-attach needs it to move: the agent there is alive and serving).
+            let mut candidate: Option<(Arc<Attachment>, u64)> = None;
             loop {
                 std::thread::sleep(Duration::from_millis(10));
                 let Some(inner) = inner.upgrade() else { return };
                 let crate::scheduler::Backend::Kernel(k) = &inner.backend else { return };
-                let h = k.table.header();
+                if k.fell_back() {
+                    candidate = k.try_reattach(candidate.take(), &inner.counters);
+                    if !k.fell_back() {
+                        last = (u64::MAX, Instant::now());
+                    }
+                    continue;
+                }
+                let att = k.attachment();
+                let h = att.table.header();
                 let beat = h.heartbeat.load(Ordering::Acquire);
                 if beat != last.0 {
                     last = (beat, Instant::now());
                 }
-                let stopped = h.agent_state.load(Ordering::Acquire) == table::AGENT_STOPPED;
+                let stopped = h.agent_state.load(Ordering::Acquire) == table::AGENT_STOPPED || att.table.truncated();
                 if stopped || last.1.elapsed() >= k.watchdog {
                     k.fall_back(&inner.counters, last.1.elapsed(), stopped);
-                    return;
+                    let _ = sys::set_policy(0, natural);
                 }
             }
         });
         if let Err(e) = spawned {
-            eprintln!("tailor-runtime: cannot start the watchdog thread: {e}; falling back to cooperative now");
-            self.fell_back.store(true, Ordering::Release);
+            tracing::warn!(error = %e, "cannot start the watchdog thread; falling back to cooperative now");
+            self.fell_back.store(true, Ordering::SeqCst);
         }
     }
 
-    /// The agent is gone: every thread of this process back to its own policy, and
-    /// new jobs go through the cooperative fallback.
+    /// The agent is gone: every thread of this process back to its natural policy, and
+    /// new jobs go through the cooperative fallback. A thread id is written only while it
+    /// names the thread we remembered (same start time), and under the lock its thread
+    /// needs to leave the map, so it cannot end and be replaced meanwhile.
     fn fall_back(&self, counters: &Counters, silent_for: Duration, stopped: bool) {
-        self.fell_back.store(true, Ordering::Release);
+        self.fell_back.store(true, Ordering::SeqCst);
         let mut restored = 0;
-        for (tid, orig) in lock(&self.job_threads).iter() {
-            if sys::set_policy(*tid, *orig).is_ok() {
+        // Pool threads raised by their spawner that have not run yet.
+        for (&thread, natural) in lock(&self.spawned).iter() {
+            if sys::set_pthread_policy(thread, *natural).is_ok() {
                 restored += 1;
             }
         }
-        for (tid, orig) in lock(&self.io_threads).drain() {
-            if sys::set_policy(tid, orig).is_ok() {
+        let io_threads = lock(&self.io_threads);
+        for (&tid, (orig, me)) in lock(&self.job_threads).iter() {
+            let natural = io_threads.get(&tid).map_or(*orig, |(natural, _)| *natural);
+            if me.alive() && sys::set_policy(tid, natural).is_ok() {
                 restored += 1;
             }
         }
+        for (&tid, (natural, me)) in io_threads.iter() {
+            if me.alive() && sys::set_policy(tid, *natural).is_ok() {
+                restored += 1;
+            }
+        }
+        drop(io_threads);
         Counters::add(&counters.fallbacks, 1);
         Counters::add(&counters.priority_changes, restored);
         let why = if stopped {
@@ -548,11 +671,55 @@ impl KernelBackend {
         } else {
             format!("the agent's heartbeat stopped for {} ms", silent_for.as_millis())
         };
-        eprintln!(
-            "tailor-runtime: {why} ({}): restored {restored} threads to their original policy; falling back to \
-             the cooperative backend",
-            self.table.path().display()
+        tracing::warn!(
+            "{why} ({}): restored {restored} threads to their original policy; falling back to \
+             the cooperative backend until an agent serves the table again",
+            self.table_path.display()
         );
+    }
+
+    /// Fallen back: re-attaches once a live agent serves the table path again, the one we
+    /// left (it resumed after a stop) or a new one (a new table file at the path), seen
+    /// serving on two looks in a row (its heartbeat moved). Returns the attachment being
+    /// watched, for the next look.
+    fn try_reattach(&self, candidate: Option<(Arc<Attachment>, u64)>, counters: &Counters) -> Option<(Arc<Attachment>, u64)> {
+        let current = self.attachment();
+        let (att, seen) = match candidate {
+            Some((att, seen)) if Table::file_id(&self.table_path) == Some(att.table.mapped_file_id()) => (att, seen),
+            _ if Table::file_id(&self.table_path) == Some(current.table.mapped_file_id()) => (current.clone(), u64::MAX),
+            _ => match Attachment::open(&self.table_path) {
+                Ok(att) => (Arc::new(att), u64::MAX),
+                Err(_) => return None,
+            },
+        };
+        let h = att.table.header();
+        let beat = h.heartbeat.load(Ordering::Acquire);
+        let pid = h.agent_pid.load(Ordering::Acquire) as i32;
+        let serving = h.agent_state.load(Ordering::Acquire) == table::AGENT_RUNNING && sys::process_alive(pid);
+        if !serving || beat == seen || seen == u64::MAX {
+            return Some((att, beat));
+        }
+        // The watchdog above the band first (it is this thread), then the I/O and pool
+        // threads, then new jobs register.
+        let _ = sys::set_policy(0, ThreadPolicy::fifo(WATCHDOG_PRIORITY));
+        let mut raised = 0;
+        {
+            *self.attached.write().unwrap_or_else(|p| p.into_inner()) = att.clone();
+            let io_threads = lock(&self.io_threads);
+            self.fell_back.store(false, Ordering::SeqCst);
+            for (&tid, (_, me)) in io_threads.iter() {
+                if me.alive() && sys::set_policy(tid, ThreadPolicy::fifo(IO_PRIORITY)).is_ok() {
+                    raised += 1;
+                }
+            }
+        }
+        Counters::add(&counters.reattached, 1);
+        tracing::info!(
+            "the agent (pid {pid}) serves {} again: re-attached, {raised} I/O and pool threads above \
+             the band again; jobs are kernel-ordered again",
+            self.table_path.display()
+        );
+        None
     }
 }
 

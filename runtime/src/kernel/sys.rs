@@ -123,6 +123,82 @@ pub fn thread_alive(pid: i32, tid: i32) -> bool {
     r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
+/// When thread `tid` of process `pid` started (clock ticks since boot, field 22 of
+/// `/proc/<pid>/task/<tid>/stat`), or `None` if there is no such thread. With the id it
+/// names one thread for good: a thread id reused by a later thread has a later start.
+pub fn thread_start_time(pid: i32, tid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count after the last ')'.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// The calling thread's `(tid, start time)`, read once per thread.
+pub fn my_thread_identity() -> (i32, u64) {
+    thread_local! {
+        static IDENTITY: (i32, u64) = {
+            let tid = gettid();
+            (tid, thread_start_time(std::process::id() as i32, tid).unwrap_or(0))
+        };
+    }
+    IDENTITY.with(|id| *id)
+}
+
+/// The calling thread, for good: its id with a pidfd on it (`PIDFD_THREAD`, Linux 6.9+),
+/// which tells when that thread, and not a later one given its id, has ended; on older
+/// kernels its start time (clock ticks: two threads with one id in one tick look alike).
+#[derive(Clone, Debug)]
+pub struct ThreadIdentity {
+    pub tid: i32,
+    pub start: u64,
+    pidfd: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
+}
+
+impl ThreadIdentity {
+    /// The calling thread's (opened once per thread).
+    pub fn current() -> ThreadIdentity {
+        thread_local! {
+            static ME: ThreadIdentity = {
+                let (tid, start) = my_thread_identity();
+                const PIDFD_THREAD: libc::c_long = libc::O_EXCL as libc::c_long;
+                // SAFETY: pidfd_open takes an id and flags; returns a new fd or -1.
+                let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid as libc::c_long, PIDFD_THREAD) };
+                // SAFETY: a fresh fd we own.
+                let pidfd = (fd >= 0).then(|| std::sync::Arc::new(unsafe {
+                    <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32)
+                }));
+                ThreadIdentity { tid, start, pidfd }
+            };
+        }
+        ME.with(Clone::clone)
+    }
+
+    /// Whether the thread still lives (its id still names it), so writing its id is safe.
+    pub fn alive(&self) -> bool {
+        match &self.pidfd {
+            Some(fd) => !pidfd_exited(fd),
+            None => same_thread(std::process::id() as i32, self.tid, self.start),
+        }
+    }
+}
+
+/// Whether the process or thread a pidfd refers to has exited (it polls readable).
+pub fn pidfd_exited(fd: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, no wait.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+}
+
+/// Whether `tid` of `pid` is still the thread that started at `start` (0 = unknown: only
+/// that the id names a thread of `pid`).
+pub fn same_thread(pid: i32, tid: i32, start: u64) -> bool {
+    if start == 0 {
+        return thread_alive(pid, tid);
+    }
+    thread_start_time(pid, tid) == Some(start)
+}
+
 /// Whether process `pid` exists.
 pub fn process_alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks existence and permission.

@@ -70,7 +70,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TAILORSC");
-pub const VERSION: u32 = 6;
+/// 8: [`Slot::start`] (thread identity across id reuse) and [`Header::agent_pid_ns`] /
+/// [`Slot::pid_ns`] (PID namespaces), in what was padding (every other field keeps its
+/// offset; both structs keep their size).
+pub const VERSION: u32 = 8;
 /// Default number of slots: concurrent jobs on the node, all processes together.
 pub const DEFAULT_SLOTS: u32 = 1024;
 
@@ -144,6 +147,9 @@ pub struct Header {
     /// The largest key that found itself at or below [`SHIFT_LEVEL`] (a job stores it with
     /// `fetch_max` before it rings): the agent shifts by it even if that job has ended.
     pub newest: AtomicU64,
+    /// The inode of the agent's PID namespace: a service in another one cannot check the
+    /// agent's pid (`agent_pid` means nothing there) and watches the heartbeat instead.
+    pub agent_pid_ns: AtomicU64,
 }
 
 #[repr(C, align(64))]
@@ -170,6 +176,28 @@ pub struct Slot {
     /// a block and a wake-up between two agent passes leave the state RUNNABLE as it was,
     /// and this is how the agent learns they happened.
     pub wakes: AtomicU32,
+    /// When the job's thread started (`sys::thread_start_time`; 0 = unknown): with `tid`
+    /// it names that thread for good, so the agent never writes a later thread that was
+    /// given the same id after the service died.
+    pub start: AtomicU64,
+    /// The PID namespace `pid` and `tid` are numbered in ([`pack_pid_ns`]): the job's
+    /// generation (low 32 bits) and the namespace's inode. A value whose generation is not
+    /// the slot's (a writer that does not set it) means the agent's own namespace.
+    pub pid_ns: AtomicU64,
+}
+
+// The fields added in versions 7 and 8 live in what was padding: every struct keeps its size.
+const _: () = assert!(std::mem::size_of::<Header>() == 128 && std::mem::size_of::<Slot>() == 128);
+
+/// The `pid_ns` value of job `generation` whose ids are numbered in PID namespace `inode`.
+pub fn pack_pid_ns(generation: u64, inode: u64) -> u64 {
+    ((generation & 0xffff_ffff) << 32) | (inode & 0xffff_ffff)
+}
+
+/// The PID namespace inode job `generation` registered with, or `None` if its writer did
+/// not say (then its ids are the agent's own namespace's).
+pub fn unpack_pid_ns(generation: u64, value: u64) -> Option<u64> {
+    (value >> 32 == generation & 0xffff_ffff && value & 0xffff_ffff != 0).then_some(value & 0xffff_ffff)
 }
 
 /// Generation bits kept in a successor: enough to tell a slot's jobs apart across the
@@ -208,6 +236,10 @@ pub struct Table {
     len: usize,
     slots: usize,
     path: PathBuf,
+    /// `(device, inode)` of the mapped file.
+    file_id: (u64, u64),
+    /// This mapping's entry in [`truncation`]'s list.
+    guard: Option<usize>,
 }
 
 // SAFETY: the mapping is only accessed through atomics.
@@ -225,6 +257,11 @@ fn slots_offset(slots: usize) -> usize {
 
 fn table_len(slots: usize) -> usize {
     slots_offset(slots) + slots * std::mem::size_of::<Slot>()
+}
+
+fn id_of(file: &std::fs::File) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata().map(|m| (m.dev(), m.ino())).unwrap_or((0, 0))
 }
 
 fn io_err(path: &Path, what: &str, e: io::Error) -> crate::RuntimeError {
@@ -250,28 +287,47 @@ impl Table {
         Ok(ptr as *mut u8)
     }
 
-    /// Creates (or truncates and recreates) the table with `slots` free slots; the
-    /// header is left in [`AGENT_STARTING`].
+    /// Creates the table with `slots` free slots as a new file that replaces `path` in one
+    /// rename; the header is left in [`AGENT_STARTING`]. Never truncates the old file:
+    /// services still map it (a mapping cut short faults with SIGBUS on its next access),
+    /// and they find the new one by its new inode (see `super::KernelBackend`, re-attach).
     pub fn create(path: &Path, slots: u32) -> Result<Table, crate::RuntimeError> {
         let slots_n = slots.max(1) as usize;
         let len = table_len(slots_n);
+        let mut staging = path.as_os_str().to_owned();
+        staging.push(format!(".new-{}", std::process::id()));
+        let staging = PathBuf::from(staging);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(path)
-            .map_err(|e| io_err(path, "create", e))?;
-        file.set_len(len as u64).map_err(|e| io_err(path, "set_len", e))?;
-        let base = Table::map(path, &file, len)?;
-        let table = Table { base, len, slots: slots_n, path: path.to_path_buf() };
-        let h = table.header();
-        h.version.store(VERSION, Ordering::Relaxed);
-        h.slots.store(slots, Ordering::Relaxed);
-        h.agent_state.store(AGENT_STARTING, Ordering::Relaxed);
-        // The magic last: a reader that sees it sees a complete header.
-        h.magic.store(MAGIC, Ordering::Release);
-        Ok(table)
+            .open(&staging)
+            .map_err(|e| io_err(&staging, "create", e))?;
+        let made = (|| {
+            file.set_len(len as u64).map_err(|e| io_err(&staging, "set_len", e))?;
+            let base = Table::map(&staging, &file, len)?;
+            let guard = truncation::watch(base, len);
+            let table = Table { base, len, slots: slots_n, path: path.to_path_buf(), file_id: id_of(&file), guard };
+            let h = table.header();
+            h.version.store(VERSION, Ordering::Relaxed);
+            h.slots.store(slots, Ordering::Relaxed);
+            h.agent_state.store(AGENT_STARTING, Ordering::Relaxed);
+            // The magic last: a reader that sees it sees a complete header.
+            h.magic.store(MAGIC, Ordering::Release);
+            std::fs::rename(&staging, path).map_err(|e| io_err(path, "rename the new table into place", e))?;
+            Ok(table)
+        })();
+        if made.is_err() {
+            let _ = std::fs::remove_file(&staging);
+        }
+        made
+    }
+
+    /// `(device, inode)` of the file now at `path`, to tell a new table from the one mapped.
+    pub fn file_id(path: &Path) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
     }
 
     /// Opens an existing table, checking magic, version and size.
@@ -316,7 +372,8 @@ impl Table {
             return Err(bad(format!("{size} bytes for {slots} slots")));
         }
         let base = Table::map(path, &file, len)?;
-        Ok(Table { base, len, slots: slots as usize, path: path.to_path_buf() })
+        let guard = truncation::watch(base, len);
+        Ok(Table { base, len, slots: slots as usize, path: path.to_path_buf(), file_id: id_of(&file), guard })
     }
 
     pub fn header(&self) -> &Header {
@@ -361,6 +418,7 @@ impl Table {
         let slot = self.slot(i);
         slot.word.store(pack(generation, state), Ordering::SeqCst);
         let mut spins = 0u32;
+        let mut last_beat = (self.header().heartbeat.load(Ordering::Acquire), std::time::Instant::now());
         while slot.agent_busy.load(Ordering::SeqCst) == generation {
             // The agent (SCHED_FIFO above every job) holds this for one syscall.
             spins += 1;
@@ -372,8 +430,17 @@ impl Table {
                 // waiting once it is gone (the watchdog then restores and falls back).
                 if spins.is_multiple_of(1_000) {
                     let h = self.header();
-                    let pid = h.agent_pid.load(Ordering::Acquire) as i32;
-                    if h.agent_state.load(Ordering::Acquire) != AGENT_RUNNING || !super::sys::process_alive(pid) {
+                    let beat = h.heartbeat.load(Ordering::Acquire);
+                    if beat != last_beat.0 {
+                        last_beat = (beat, std::time::Instant::now());
+                    }
+                    // From another PID namespace the agent's pid names nothing: a silent
+                    // heartbeat is how we tell it is gone there.
+                    let silent = last_beat.1.elapsed() >= 10 * super::agent::HEARTBEAT;
+                    if h.agent_state.load(Ordering::Acquire) != AGENT_RUNNING
+                        || self.agent_alive_by_pid() == Some(false)
+                        || silent
+                    {
                         return;
                     }
                 }
@@ -404,12 +471,56 @@ impl Table {
         result
     }
 
+    /// Whether the agent named in the header is alive, by its pid, when this process shares
+    /// its PID namespace; `None` from another namespace (a pod), where its pid names nothing
+    /// (or another process): watch the heartbeat there.
+    pub fn agent_alive_by_pid(&self) -> Option<bool> {
+        let h = self.header();
+        let agent_ns = h.agent_pid_ns.load(Ordering::Acquire);
+        if agent_ns == 0 || super::nspid::own_pid_ns_cached() != Some(agent_ns) {
+            return None;
+        }
+        Some(super::sys::process_alive(h.agent_pid.load(Ordering::Acquire) as i32))
+    }
+
+    /// Whether the agent serves this table: RUNNING, alive by its pid when we can see it,
+    /// else (from another PID namespace) its heartbeat moving within a few heartbeats.
+    pub fn agent_serving(&self) -> bool {
+        let h = self.header();
+        if h.agent_state.load(Ordering::Acquire) != AGENT_RUNNING {
+            return false;
+        }
+        if let Some(alive) = self.agent_alive_by_pid() {
+            return alive;
+        }
+        let (beat, start) = (h.heartbeat.load(Ordering::Acquire), std::time::Instant::now());
+        while start.elapsed() < 5 * super::agent::HEARTBEAT {
+            if h.heartbeat.load(Ordering::Acquire) != beat {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        false
+    }
+
     pub fn slots(&self) -> usize {
         self.slots
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// `(device, inode)` of the mapped file: differs from [`Table::file_id`] of the path
+    /// once a new agent put its table there.
+    pub fn mapped_file_id(&self) -> (u64, u64) {
+        self.file_id
+    }
+
+    /// Whether someone cut the file short under this mapping: it now reads zeros (see
+    /// [`truncation`]), so nobody can serve or use it any more.
+    pub fn truncated(&self) -> bool {
+        self.guard.is_some_and(truncation::hit)
     }
 
     /// The agent's sleep: until the doorbell moves past `bell` (read before the agent's
@@ -437,7 +548,146 @@ impl Table {
 
 impl Drop for Table {
     fn drop(&mut self) {
+        if let Some(i) = self.guard {
+            truncation::forget(i);
+        }
         // SAFETY: unmapping exactly what we mapped.
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
+/// A table file cut short under its mappings (`truncate`, or an old agent's in-place
+/// re-create) would kill every service and the agent with SIGBUS at their next access to
+/// the lost pages. Instead, a SIGBUS inside a table mapping replaces the whole mapping with
+/// zeroed private memory and the access is retried: the table then reads as one whose
+/// agent never beats (services fall back after `watchdog_ms`, the agent sees
+/// [`Table::truncated`] and exits for its supervisor to start a fresh table). A SIGBUS
+/// anywhere else gets the process's previous handling.
+mod truncation {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Once;
+
+    const MAX: usize = 64;
+    static BASES: [AtomicUsize; MAX] = [const { AtomicUsize::new(0) }; MAX];
+    static LENS: [AtomicUsize; MAX] = [const { AtomicUsize::new(0) }; MAX];
+    static HIT: [AtomicBool; MAX] = [const { AtomicBool::new(false) }; MAX];
+    static INSTALL: Once = Once::new();
+    /// The SIGBUS disposition before ours, put back for a fault outside our mappings.
+    static mut PREVIOUS: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::zeroed();
+
+    extern "C" fn on_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+        let addr = unsafe { (*info).si_addr() } as usize;
+        for i in 0..MAX {
+            let (base, len) = (BASES[i].load(Ordering::Acquire), LENS[i].load(Ordering::Acquire));
+            if base != 0 && addr >= base && addr < base + len {
+                // SAFETY: replaces exactly our own mapping (mmap is async-signal-safe).
+                unsafe {
+                    libc::mmap(
+                        base as *mut libc::c_void,
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                        -1,
+                        0,
+                    )
+                };
+                HIT[i].store(true, Ordering::Release);
+                return;
+            }
+        }
+        // SAFETY: PREVIOUS was filled before this handler was installed; the faulting access
+        // runs again and gets it.
+        unsafe { libc::sigaction(libc::SIGBUS, (&raw const PREVIOUS).cast(), std::ptr::null_mut()) };
+    }
+
+    /// Watches the mapping `[base, base + len)`; its entry, or `None` if the list is full.
+    pub(super) fn watch(base: *mut u8, len: usize) -> Option<usize> {
+        INSTALL.call_once(|| {
+            // SAFETY: a zeroed sigaction with our handler; the old one is kept in PREVIOUS
+            // before the handler can run.
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = on_sigbus as *const () as usize;
+                action.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+                libc::sigemptyset(&mut action.sa_mask);
+                libc::sigaction(libc::SIGBUS, &action, (&raw mut PREVIOUS).cast());
+            }
+        });
+        (0..MAX).find(|&i| {
+            LENS[i].load(Ordering::Acquire) == 0
+                && LENS[i].compare_exchange(0, len, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+                && {
+                    HIT[i].store(false, Ordering::Release);
+                    BASES[i].store(base as usize, Ordering::Release);
+                    true
+                }
+        })
+    }
+
+    pub(super) fn hit(i: usize) -> bool {
+        HIT[i].load(Ordering::Acquire)
+    }
+
+    pub(super) fn forget(i: usize) {
+        BASES[i].store(0, Ordering::Release);
+        LENS[i].store(0, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// The layout is a protocol other languages implement (docs/kernel-table-protocol.md;
+    /// sdk/go/kernel): moving a field is a new VERSION, and this test says so.
+    #[test]
+    fn the_layout_is_the_documented_protocol() {
+        assert_eq!(VERSION, 8, "a layout change bumps VERSION and docs/kernel-table-protocol.md");
+        assert_eq!(MAGIC.to_le_bytes(), *b"TAILORSC");
+        assert_eq!(size_of::<Header>(), 128);
+        let header = [
+            offset_of!(Header, magic),
+            offset_of!(Header, version),
+            offset_of!(Header, slots),
+            offset_of!(Header, agent_pid),
+            offset_of!(Header, agent_state),
+            offset_of!(Header, heartbeat),
+            offset_of!(Header, doorbell),
+            offset_of!(Header, agent_sleeping),
+            offset_of!(Header, runnable),
+            offset_of!(Header, fast_limit),
+            offset_of!(Header, handoffs),
+            offset_of!(Header, ordering),
+            offset_of!(Header, key),
+            offset_of!(Header, bucket_ns),
+            offset_of!(Header, base),
+            offset_of!(Header, newest),
+            offset_of!(Header, agent_pid_ns),
+        ];
+        assert_eq!(header, [0, 8, 12, 16, 20, 24, 32, 36, 40, 44, 48, 56, 60, 64, 72, 80, 88]);
+        assert_eq!(size_of::<Slot>(), 128);
+        let slot = [
+            offset_of!(Slot, word),
+            offset_of!(Slot, pid),
+            offset_of!(Slot, tid),
+            offset_of!(Slot, gat),
+            offset_of!(Slot, deadline),
+            offset_of!(Slot, class),
+            offset_of!(Slot, orig_policy),
+            offset_of!(Slot, orig_priority),
+            offset_of!(Slot, admitted),
+            offset_of!(Slot, agent_busy),
+            offset_of!(Slot, successor),
+            offset_of!(Slot, wakes),
+            offset_of!(Slot, start),
+            offset_of!(Slot, pid_ns),
+        ];
+        assert_eq!(slot, [0, 8, 12, 16, 24, 32, 36, 40, 44, 48, 56, 64, 72, 80]);
+        // Header, dirty bitmap in whole cache lines, then the slots.
+        assert_eq!((bitmap_len(1), bitmap_len(512), bitmap_len(513), bitmap_len(1024)), (64, 64, 128, 128));
+        assert_eq!(slots_offset(1024), 256);
+        assert_eq!(table_len(1024), 256 + 1024 * 128);
     }
 }

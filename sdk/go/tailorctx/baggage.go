@@ -40,7 +40,9 @@ func ourValue(member string) (string, bool) {
 
 // scan counts our members in one baggage value and returns the first one's raw value.
 func scan(header string) (count int, first string) {
-	for _, m := range strings.Split(header, ",") {
+	for rest, more := header, true; more; {
+		var m string
+		m, rest, more = strings.Cut(rest, ",")
 		if v, ok := ourValue(trimOWS(m)); ok {
 			if count == 0 {
 				first = v
@@ -124,7 +126,9 @@ func decodeMember(count int, raw string) (Decoded, bool, error) {
 
 // members: trimmed, non-empty list-members, each with whether it is ours.
 func members(header string, f func(m string, ours bool)) {
-	for _, m := range strings.Split(header, ",") {
+	for rest, more := header, true; more; {
+		var m string
+		m, rest, more = strings.Cut(rest, ",")
 		if m = trimOWS(m); m != "" {
 			_, ours := ourValue(m)
 			f(m, ours)

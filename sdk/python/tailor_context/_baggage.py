@@ -99,35 +99,48 @@ def baggage_without(header: str) -> Optional[str]:
     return ",".join(out) if out else None
 
 
-def extract(headers: Iterable[Tuple[str, Union[str, bytes]]]) -> Optional[Decoded]:
+_NAME_HEADER = HEADER.encode("ascii")
+_NAME_BAGGAGE = BAGGAGE_HEADER.encode("ascii")
+
+
+def _header_name(name: Union[str, bytes, bytearray]) -> bytes:
+    """A header name as lower-case bytes: ASGI gives bytes, WSGI and grpcio give str.
+    (Comparing a bytes name with a str would silently never match.)"""
+    if isinstance(name, str):
+        return name.lower().encode("utf-8", "surrogateescape")
+    return bytes(name).lower()
+
+
+def extract(headers: Iterable[Tuple[Union[str, bytes], Union[str, bytes]]]) -> Optional[Decoded]:
     """The context a request carries, from its (name, value) header pairs (or
-    gRPC metadata); names match case-insensitively. None when it carries none.
+    gRPC metadata); names and values may be str or bytes (raw ASGI headers are
+    bytes); names match case-insensitively. None when it carries none.
 
     ``tailor-context`` wins when present (more than one is ambiguous); else the
     tailor member of baggage, all baggage headers being one list of at most
     8192 bytes with at most one member of ours. Raises WireError."""
     dedicated: list = []
-    total, lines, count, first = 0, 0, 0, None
+    baggage: list = []
     for name, value in headers:
-        n = name.lower()
-        if n == HEADER:
+        n = _header_name(name)
+        if n == _NAME_HEADER:
             dedicated.append(value)
-        elif n == BAGGAGE_HEADER:
-            v = as_bytes(value)
-            total += len(v) + (1 if lines else 0)
-            lines += 1
-            if total > MAX_BAGGAGE_LEN:
-                continue
-            c, raw = _scan(v)
-            if first is None and raw is not None:
-                first = raw
-            count += c
+        elif n == _NAME_BAGGAGE:
+            baggage.append(value)
     if len(dedicated) > 1:
         raise WireError("ambiguous")
     if dedicated:
-        return decode(dedicated[0])
-    if total > MAX_BAGGAGE_LEN:
-        raise WireError("too_long")
+        return decode(dedicated[0])  # baggage is not consulted at all
+    total, count, first = 0, 0, None
+    for i, value in enumerate(baggage):
+        v = as_bytes(value)
+        total += len(v) + (1 if i else 0)
+        if total > MAX_BAGGAGE_LEN:
+            raise WireError("too_long")
+        c, raw = _scan(v)
+        if first is None and raw is not None:
+            first = raw
+        count += c
     if count == 0:
         return None
     if count > 1:

@@ -23,10 +23,15 @@ class Clamped:
         return self != Clamped()
 
 
+_NOTHING = Clamped()
+
+
 def clamp(ctx: Context, now: int, max_age: int) -> Tuple[Context, Clamped]:
     """GAT not after ``now`` nor before ``now - max_age`` (floor 0); deadline not
     before the clamped GAT. Class, fanout and hop unchanged."""
     oldest = max(now - max_age, 0)
+    if oldest <= ctx.gat <= now and ctx.deadline >= ctx.gat:
+        return ctx, _NOTHING  # the honest case: nothing to do, nothing to allocate
     gat, ahead, stale = ctx.gat, 0, 0
     if gat > now:
         ahead, gat = gat - now, now

@@ -130,6 +130,19 @@ def test_extract(case):
     expect(case, run)
 
 
+@cases("extract")
+def test_extract_with_bytes_names_as_asgi_gives_them(case):
+    """Raw ASGI headers are (bytes, bytes): every extract case must give the same
+    answer with the names as bytes, as they arrive (ASGI lower-cases them; the
+    vectors' mixed case is kept to check the case-insensitive match on bytes)."""
+
+    def run():
+        d = tc.extract((name.encode("latin-1"), data(value)) for name, value in case["headers"])
+        return None if d is None else d.context
+
+    expect(case, run)
+
+
 @cases("grpc_timeout_encode")
 def test_grpc_timeout_encode(case):
     assert tc.grpc_timeout_encode(ns(case["remaining"])) == case["value"]

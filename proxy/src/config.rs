@@ -1,0 +1,317 @@
+//! The TOML configuration of the edge and the sidecar: serde types, defaults and validation.
+//!
+//! Unknown keys are rejected; every error names the file and the field. Listen addresses are
+//! read once at start; everything else is re-read on SIGHUP (see `serve`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use tailor_core::wire::{Key, Keyring};
+use tailor_core::{Nanos, PolicySpec};
+
+use crate::ProxyError;
+
+const NANOS_PER_MS: Nanos = 1_000_000;
+
+/// The order a sidecar's queue admits requests in (the core policy it runs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    /// Oldest global arrival time first (TailClipper's ORF at a gate: GAT order, no preemption).
+    #[default]
+    Orf,
+    /// Earliest deadline first (TailGuard's EDFQ).
+    Edf,
+    /// Lowest class first, arrival order within a class.
+    Priq,
+    /// Local arrival order: what a plain proxy does.
+    Fifo,
+}
+
+impl Order {
+    /// The core policy that gives this order. A proxy cannot preempt a request it has
+    /// passed to the service, so ORF's processor sharing among the `c` oldest is the
+    /// service's own; the gate's part of ORF is admission in GAT order (`gfifo`).
+    pub fn policy(self) -> PolicySpec {
+        match self {
+            Order::Orf => PolicySpec::Gfifo,
+            Order::Edf => PolicySpec::Edf,
+            Order::Priq => PolicySpec::Priq,
+            Order::Fifo => PolicySpec::Fifo,
+        }
+    }
+}
+
+/// The MAC key: the sidecar verifies contexts with it, the edge and egress sign with it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MacConfig {
+    /// Key id carried in the context (`i`), 1–16 of `A-Z a-z 0-9 - _`.
+    pub key_id: String,
+    /// File holding the shared secret (at least 16 bytes; surrounding whitespace is trimmed).
+    pub secret_file: PathBuf,
+    /// Sidecar: treat an unsigned or badly signed context as absent (counted, re-stamped).
+    #[serde(default = "yes")]
+    pub require: bool,
+}
+
+/// An outbound listener the service calls through to reach its next hop.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressConfig {
+    pub listen: SocketAddr,
+    /// The next hop (its edge or sidecar).
+    pub upstream: SocketAddr,
+}
+
+/// `tailor proxy sidecar`: one local service behind a policy-ordered gate.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SidecarConfig {
+    /// Where clients (the edge, other sidecars' egress) connect.
+    pub listen: SocketAddr,
+    /// The local service.
+    pub upstream: SocketAddr,
+    /// Prometheus `/metrics`, `/healthz`, `/readyz`.
+    pub admin: Option<SocketAddr>,
+    #[serde(default)]
+    pub order: Order,
+    /// Requests inside the service at once. Absent: adaptive (Vegas), between 1 and `c_max`.
+    pub c: Option<usize>,
+    /// Upper bound of the adaptive limit.
+    #[serde(default = "default_c_max")]
+    pub c_max: usize,
+    /// Requests waiting at most; beyond it new requests are shed (`queue_full`).
+    #[serde(default = "default_max_queue")]
+    pub max_queue: usize,
+    /// Shed on arrival a request whose deadline cannot be met at its queue position.
+    #[serde(default = "yes")]
+    pub shed_cannot_meet: bool,
+    /// GATs older than this are clamped (a forged or buggy upstream gains at most this much).
+    #[serde(default = "default_max_age_ms")]
+    pub max_age_ms: u64,
+    /// How long SIGTERM waits for requests in progress.
+    #[serde(default = "default_drain_ms")]
+    pub drain_timeout_ms: u64,
+    pub mac: Option<MacConfig>,
+    #[serde(default)]
+    pub egress: Vec<EgressConfig>,
+}
+
+/// How the edge picks one of a route's upstreams.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    /// The healthy upstream with the fewest requests in flight (ties: the first).
+    #[default]
+    LeastOutstanding,
+    /// Two healthy upstreams at random; the one with fewer in flight.
+    P2c,
+}
+
+/// A header a route matches on.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderMatch {
+    pub name: String,
+    pub value: String,
+}
+
+/// One route of the edge: what it matches, the context it stamps, where it sends.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    pub name: String,
+    #[serde(default = "default_prefix")]
+    pub path_prefix: String,
+    pub host: Option<String>,
+    pub header: Option<HeaderMatch>,
+    /// gRPC service (`package.Service`), matched against the path `/package.Service/Method`.
+    pub grpc_service: Option<String>,
+    pub grpc_method: Option<String>,
+    /// SLO class (0 is served first by `priq`).
+    #[serde(default)]
+    pub class: u8,
+    /// Deadline after arrival; absent: no deadline.
+    pub slo_ms: Option<u64>,
+    pub upstreams: Vec<SocketAddr>,
+}
+
+/// `tailor proxy edge`: the entry point that stamps every request's context.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EdgeConfig {
+    pub listen: SocketAddr,
+    pub admin: Option<SocketAddr>,
+    #[serde(default)]
+    pub balance: Balance,
+    /// Path the edge GETs on each upstream to check its health; absent: a TCP connect.
+    pub health_path: Option<String>,
+    #[serde(default = "default_health_ms")]
+    pub health_interval_ms: u64,
+    /// Optional cap on requests in flight through the edge, queued by GAT beyond it.
+    pub max_in_flight: Option<usize>,
+    #[serde(default = "default_max_queue")]
+    pub max_queue: usize,
+    /// Map the deadline to `grpc-timeout` on gRPC requests.
+    #[serde(default = "yes")]
+    pub grpc_timeout: bool,
+    #[serde(default = "default_drain_ms")]
+    pub drain_timeout_ms: u64,
+    pub mac: Option<MacConfig>,
+    pub routes: Vec<RouteConfig>,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_c_max() -> usize {
+    256
+}
+fn default_max_queue() -> usize {
+    1024
+}
+fn default_max_age_ms() -> u64 {
+    10_000
+}
+fn default_drain_ms() -> u64 {
+    10_000
+}
+fn default_health_ms() -> u64 {
+    1_000
+}
+fn default_prefix() -> String {
+    "/".into()
+}
+
+impl SidecarConfig {
+    pub fn max_age_ns(&self) -> Nanos {
+        self.max_age_ms.saturating_mul(NANOS_PER_MS)
+    }
+}
+
+impl RouteConfig {
+    /// Deadline budget in ns.
+    pub fn budget_ns(&self) -> Option<Nanos> {
+        self.slo_ms.map(|ms| ms.saturating_mul(NANOS_PER_MS))
+    }
+}
+
+fn invalid(file: &Path, field: impl Into<String>, problem: impl Into<String>) -> ProxyError {
+    ProxyError::Config { file: file.to_path_buf(), field: field.into(), problem: problem.into() }
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(file: &Path) -> Result<T, ProxyError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| ProxyError::Io { what: format!("reading {}", file.display()), source: e })?;
+    parse_str(file, &text)
+}
+
+/// Parses `text` as if read from `file` (for messages).
+pub fn parse_str<T: for<'de> Deserialize<'de>>(file: &Path, text: &str) -> Result<T, ProxyError> {
+    toml::from_str(text).map_err(|e| {
+        // toml's message names the key and shows the line; keep it whole.
+        // The span is the offending key or value; a missing key spans its whole table.
+        let field = e
+            .span()
+            .and_then(|s| text.get(s))
+            .map(str::trim)
+            .filter(|t| !t.is_empty() && t.len() <= 64 && !t.contains('\n'))
+            .unwrap_or("(table)")
+            .to_string();
+        invalid(file, field, e.message().to_string() + &location(text, e.span()))
+    })
+}
+
+fn location(text: &str, span: Option<std::ops::Range<usize>>) -> String {
+    match span {
+        Some(s) => format!(" (line {})", text[..s.start.min(text.len())].matches('\n').count() + 1),
+        None => String::new(),
+    }
+}
+
+fn keyring(file: &Path, mac: &Option<MacConfig>) -> Result<Option<(Key, Keyring)>, ProxyError> {
+    let Some(mac) = mac else { return Ok(None) };
+    // A relative secret path is relative to the config file, like every tool that has one.
+    let path = match file.parent() {
+        Some(dir) if mac.secret_file.is_relative() => dir.join(&mac.secret_file),
+        _ => mac.secret_file.clone(),
+    };
+    let secret = std::fs::read(&path)
+        .map_err(|e| invalid(file, "mac.secret_file", format!("cannot read {}: {e}", path.display())))?;
+    let secret = secret.trim_ascii();
+    let key = Key::new(&mac.key_id, secret).map_err(|e| invalid(file, "mac", format!("{e}")))?;
+    let ring = Keyring::new([key.clone()]).map_err(|e| invalid(file, "mac", format!("{e}")))?;
+    Ok(Some((key, ring)))
+}
+
+/// A loaded sidecar configuration with its key.
+#[derive(Clone, Debug)]
+pub struct Sidecar {
+    pub config: SidecarConfig,
+    pub key: Option<(Key, Keyring)>,
+}
+
+/// A loaded edge configuration with its key.
+#[derive(Clone, Debug)]
+pub struct Edge {
+    pub config: EdgeConfig,
+    pub key: Option<Key>,
+}
+
+impl Sidecar {
+    pub fn load(file: &Path) -> Result<Sidecar, ProxyError> {
+        Sidecar::check(file, parse(file)?)
+    }
+
+    pub fn check(file: &Path, config: SidecarConfig) -> Result<Sidecar, ProxyError> {
+        if config.c == Some(0) {
+            return Err(invalid(file, "c", "must be at least 1 (or leave it out for the adaptive limit)"));
+        }
+        if config.c_max == 0 || config.c_max > 4096 {
+            return Err(invalid(file, "c_max", "must be between 1 and 4096"));
+        }
+        if config.max_queue == 0 {
+            return Err(invalid(file, "max_queue", "must be at least 1"));
+        }
+        let key = keyring(file, &config.mac)?;
+        Ok(Sidecar { config, key })
+    }
+}
+
+impl Edge {
+    pub fn load(file: &Path) -> Result<Edge, ProxyError> {
+        Edge::check(file, parse(file)?)
+    }
+
+    pub fn check(file: &Path, config: EdgeConfig) -> Result<Edge, ProxyError> {
+        if config.routes.is_empty() {
+            return Err(invalid(file, "routes", "at least one [[routes]] table is needed"));
+        }
+        for (i, r) in config.routes.iter().enumerate() {
+            if r.upstreams.is_empty() {
+                return Err(invalid(file, format!("routes[{i}].upstreams"), "list at least one address"));
+            }
+            if !r.path_prefix.starts_with('/') {
+                return Err(invalid(file, format!("routes[{i}].path_prefix"), "must start with `/`"));
+            }
+            if r.grpc_method.is_some() && r.grpc_service.is_none() {
+                return Err(invalid(file, format!("routes[{i}].grpc_method"), "needs grpc_service too"));
+            }
+            if let Some(h) = &r.header {
+                if http::HeaderName::from_bytes(h.name.as_bytes()).is_err() {
+                    return Err(invalid(file, format!("routes[{i}].header.name"), "not a valid header name"));
+                }
+            }
+        }
+        if config.max_in_flight == Some(0) {
+            return Err(invalid(file, "max_in_flight", "must be at least 1 (or leave it out for no cap)"));
+        }
+        if config.health_interval_ms == 0 {
+            return Err(invalid(file, "health_interval_ms", "must be at least 1"));
+        }
+        let key = keyring(file, &config.mac)?.map(|(k, _)| k);
+        Ok(Edge { config, key })
+    }
+}

@@ -1,0 +1,102 @@
+//! The commented configurations `tailor proxy example edge|sidecar` prints. Tests load
+//! them, so every key shown exists and every default is the one the code uses.
+
+/// A sidecar in front of a service on port 8080.
+pub const SIDECAR: &str = r#"# tailor proxy sidecar --config sidecar.toml
+# In front of one local service: requests wait in the policy's order and at most `c`
+# are inside the service at once. Reload with SIGHUP, drain with SIGTERM.
+
+listen = "127.0.0.1:8081"      # where the edge (or other services' egress) connects
+upstream = "127.0.0.1:8080"    # the service; HTTP/1.1 or h2c (gRPC), as the request came in
+admin = "127.0.0.1:9901"       # /metrics (Prometheus), /healthz, /readyz
+
+order = "orf"                  # orf (oldest GAT first), edf (earliest deadline), priq (class), fifo
+# c = 4                        # requests inside the service at once; leave out for the adaptive
+c_max = 256                    #   limit (Vegas, from latency), which never goes above c_max
+max_queue = 1024               # waiting requests at most; more are shed (503 / RESOURCE_EXHAUSTED)
+shed_cannot_meet = true        # shed on arrival what would miss its deadline at its queue position
+max_age_ms = 10000             # older GATs are clamped: what a forged context can gain at most
+drain_timeout_ms = 10000       # SIGTERM waits this long for requests in progress
+
+# [mac]                        # verify contexts (an unsigned or bad one is re-stamped and counted)
+# key_id = "k1"
+# secret_file = "mac.key"      # at least 16 bytes; relative to this file
+# require = true
+
+# The service calls its next hop through this listener; forwarding the W3C `baggage`
+# header it received (OpenTelemetry does) is all it must do to keep the request's age.
+# [[egress]]
+# listen = "127.0.0.1:15001"
+# upstream = "127.0.0.1:8091"  # the next service's sidecar
+"#;
+
+/// An edge with one HTTP route and one gRPC route.
+pub const EDGE: &str = r#"# tailor proxy edge --config edge.toml
+# The entry point: strips any context a client sent, stamps GAT (now), class and deadline
+# from the first matching route, signs it, balances over healthy upstreams.
+
+listen = "127.0.0.1:8000"
+admin = "127.0.0.1:9900"
+balance = "least_outstanding"  # or "p2c" (power of two choices)
+# health_path = "/healthz"     # GET each upstream every health_interval_ms; leave out for a TCP connect
+health_interval_ms = 1000
+# max_in_flight = 200          # optional cap; beyond it requests queue oldest first
+max_queue = 1024
+grpc_timeout = true            # gRPC requests carry the deadline as grpc-timeout
+drain_timeout_ms = 10000
+
+# [mac]
+# key_id = "k1"
+# secret_file = "mac.key"
+
+[[routes]]
+name = "checkout"
+path_prefix = "/checkout"      # every condition given must match; the first route that does wins
+# host = "shop.example.com"
+# header = { name = "x-tier", value = "gold" }
+class = 0
+slo_ms = 200                   # deadline = arrival + 200 ms; leave out for none
+upstreams = ["127.0.0.1:8081"]
+
+[[routes]]
+name = "greeter"
+grpc_service = "helloworld.Greeter"
+# grpc_method = "SayHello"
+class = 1
+slo_ms = 500
+upstreams = ["127.0.0.1:8082", "127.0.0.1:8083"]
+"#;
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::{parse_str, Edge, EdgeConfig, Sidecar, SidecarConfig};
+
+    #[test]
+    fn examples_load() {
+        let f = Path::new("example.toml");
+        let s: SidecarConfig = parse_str(f, SIDECAR).unwrap();
+        Sidecar::check(f, s).unwrap();
+        let e: EdgeConfig = parse_str(f, EDGE).unwrap();
+        let e = Edge::check(f, e).unwrap();
+        assert_eq!(e.config.routes.len(), 2);
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_field() {
+        let f = Path::new("/etc/tailor/sidecar.toml");
+        let bad = SIDECAR.replace("c_max = 256", "c_max = 256\nslice = 3");
+        let err = parse_str::<SidecarConfig>(f, &bad).unwrap_err().to_string();
+        assert!(err.contains("/etc/tailor/sidecar.toml") && err.contains("slice"), "{err}");
+        let err = parse_str::<SidecarConfig>(f, "listen = \"127.0.0.1:1\"").unwrap_err().to_string();
+        assert!(err.contains("upstream"), "{err}");
+        let zero: SidecarConfig = parse_str(f, &SIDECAR.replace("# c = 4 ", "c = 0 ")).unwrap();
+        let err = Sidecar::check(f, zero).unwrap_err().to_string();
+        assert!(err.contains("`c`") && err.contains("at least 1"), "{err}");
+        let e: EdgeConfig = parse_str(f, &EDGE.replace("upstreams = [\"127.0.0.1:8081\"]", "upstreams = []")).unwrap();
+        let err = Edge::check(f, e).unwrap_err().to_string();
+        assert!(err.contains("routes[0].upstreams"), "{err}");
+    }
+}

@@ -1,0 +1,467 @@
+//! The sidecar's gate: requests wait in the core policy's order and at most `limit` are
+//! inside the service at once.
+//!
+//! The policy is a core [`Policy`] built for `c_max` CPUs and driven like the runtime's
+//! cooperative backend drives its own: `running()` is the set allowed into the service.
+//! The limit moves (the adaptive limit) without rebuilding the policy: CPUs the limit does
+//! not allow are held by *ghost* jobs. Raising the limit completes a ghost (the policy
+//! hands its CPU to the best waiting request); lowering it submits a ghost with the most
+//! urgent key, so the next CPU to free goes to the ghost. A request that leaves while
+//! waiting (client gone, deadline passed) cannot be taken out of a policy, so it stays
+//! as a *stale* entry that is completed the moment it is dispatched; when stale entries
+//! pile up the policy is rebuilt from the live jobs, so memory stays bounded.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tailor_core::policy::{AnyPolicy, Job, JobId, Policy};
+use tailor_core::{Context, Nanos};
+use tokio::sync::oneshot;
+
+use crate::config::Order;
+use crate::limit::Vegas;
+
+/// Why a request was not let in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ShedReason {
+    /// Its deadline had passed (on arrival or while it waited).
+    DeadlineExpired,
+    /// At its queue position it would finish after its deadline.
+    CannotMeet,
+    /// The queue is at `max_queue`.
+    QueueFull,
+}
+
+impl ShedReason {
+    pub const ALL: [ShedReason; 3] = [ShedReason::DeadlineExpired, ShedReason::CannotMeet, ShedReason::QueueFull];
+
+    /// Metric label and `tailor-shed` header value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShedReason::DeadlineExpired => "deadline_expired",
+            ShedReason::CannotMeet => "cannot_meet",
+            ShedReason::QueueFull => "queue_full",
+        }
+    }
+}
+
+/// How many requests the gate lets into the service.
+#[derive(Clone, Debug)]
+pub enum Limit {
+    Fixed(usize),
+    Adaptive(Vegas),
+}
+
+impl Limit {
+    fn current(&self) -> usize {
+        match self {
+            Limit::Fixed(c) => *c,
+            Limit::Adaptive(v) => v.limit(),
+        }
+    }
+}
+
+/// What the gate is configured with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GateConfig {
+    pub order: Order,
+    /// `Some(c)`: fixed; `None`: adaptive up to `c_max`.
+    pub c: Option<usize>,
+    pub c_max: usize,
+    pub max_queue: usize,
+    pub shed_cannot_meet: bool,
+}
+
+const GHOST: JobId = 1 << 63;
+
+struct State {
+    policy: AnyPolicy,
+    limit: Limit,
+    /// Real jobs waiting, with how to wake them.
+    waiting: HashMap<JobId, (Job, oneshot::Sender<()>)>,
+    /// Real jobs inside the service.
+    admitted: HashMap<JobId, Job>,
+    /// Ids in the policy that nobody waits for any more.
+    stale: HashSet<JobId>,
+    ghosts_running: Vec<JobId>,
+    ghosts_waiting: Vec<JobId>,
+    next_id: JobId,
+    /// Mean upstream latency (ns, EWMA) and how many samples made it.
+    latency_ewma: f64,
+    latency_samples: u64,
+}
+
+/// The gate. Cheap to share (`Arc`).
+pub struct Gate {
+    state: Mutex<State>,
+    config: GateConfig,
+}
+
+/// A request inside the service; leaves the gate on drop (done, failed or cancelled).
+pub struct Ticket {
+    gate: Arc<Gate>,
+    id: JobId,
+    in_flight_at_start: usize,
+    done: bool,
+}
+
+/// A request's place in line; resolves with [`Gate::wait`]. Dropping it leaves the line.
+pub struct Place {
+    gate: Arc<Gate>,
+    id: JobId,
+    admitted: Option<oneshot::Receiver<()>>,
+    /// Admitted and handed to a [`Ticket`], which now owns the slot.
+    handed_over: bool,
+}
+
+fn build(order: Order, cpus: usize) -> AnyPolicy {
+    order.policy().build_any(cpus, 0).expect("gfifo/edf/priq/fifo build for any CPU count >= 1")
+}
+
+fn ghost_job(id: JobId) -> Job {
+    // The most urgent key under every keyed order, so it takes the next free CPU.
+    Job { id, gat: 0, deadline: 0, class: 0 }
+}
+
+impl Gate {
+    pub fn new(config: GateConfig) -> Arc<Gate> {
+        let c_max = config.c_max.max(config.c.unwrap_or(1));
+        let limit = match config.c {
+            Some(c) => Limit::Fixed(c),
+            None => Limit::Adaptive(Vegas::new(tailor_runtime::available_cpus() * 2, c_max)),
+        };
+        let mut st = State {
+            policy: build(config.order, c_max),
+            limit,
+            waiting: HashMap::new(),
+            admitted: HashMap::new(),
+            stale: HashSet::new(),
+            ghosts_running: Vec::new(),
+            ghosts_waiting: Vec::new(),
+            next_id: 1,
+            latency_ewma: 0.0,
+            latency_samples: 0,
+        };
+        let held = c_max - st.limit.current();
+        for _ in 0..held {
+            st.add_ghost(0);
+        }
+        st.settle();
+        Arc::new(Gate { state: Mutex::new(st), config: GateConfig { c_max, ..config } })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Puts the request of `ctx` in line at `now` (realtime ns, the clock GATs use).
+    pub fn enter(self: &Arc<Gate>, ctx: &Context, now: Nanos) -> Result<Place, ShedReason> {
+        if ctx.deadline <= now {
+            return Err(ShedReason::DeadlineExpired);
+        }
+        let mut st = self.lock();
+        if st.waiting.len() >= self.config.max_queue {
+            return Err(ShedReason::QueueFull);
+        }
+        let id = st.next_id;
+        st.next_id += 1;
+        let job = Job { id, gat: ctx.gat, deadline: ctx.deadline, class: ctx.class };
+        if self.config.shed_cannot_meet && st.latency_samples >= 16 {
+            if let Some(finish) = st.predicted_finish(self.config.order, &job, now) {
+                if finish > ctx.deadline {
+                    return Err(ShedReason::CannotMeet);
+                }
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        st.waiting.insert(id, (job, tx));
+        st.policy.arrive(0, job);
+        st.settle();
+        Ok(Place { gate: self.clone(), id, admitted: Some(rx), handed_over: false })
+    }
+
+    /// Requests waiting, requests inside the service, the current limit.
+    pub fn snapshot(&self) -> (usize, usize, usize) {
+        let st = self.lock();
+        (st.waiting.len(), st.admitted.len(), st.limit.current())
+    }
+
+    fn leave(&self, id: JobId, rtt: Option<(Nanos, usize)>) {
+        let mut st = self.lock();
+        if st.admitted.remove(&id).is_some() {
+            st.policy.complete(0, id);
+            if let Some((rtt, in_flight)) = rtt {
+                st.sample(rtt, in_flight);
+            }
+        } else if st.waiting.remove(&id).is_some() {
+            st.stale.insert(id);
+            if st.stale.len() > self.config.max_queue {
+                st.rebuild(self.config.order, self.config.c_max);
+            }
+        }
+        st.settle();
+    }
+}
+
+impl State {
+    fn add_ghost(&mut self, _now: Nanos) {
+        let id = GHOST | self.next_id;
+        self.next_id += 1;
+        self.ghosts_waiting.push(id);
+        self.policy.arrive(0, ghost_job(id));
+    }
+
+    /// Hands every CPU the policy has dispatched to its job: wakes real requests,
+    /// completes stale entries at once (their CPU goes to the next), parks ghosts.
+    fn settle(&mut self) {
+        loop {
+            let mut changed = false;
+            let running: Vec<JobId> = self.policy.running().iter().flatten().copied().collect();
+            for id in running {
+                if self.stale.remove(&id) {
+                    self.policy.complete(0, id);
+                    changed = true;
+                } else if id & GHOST != 0 {
+                    if let Some(i) = self.ghosts_waiting.iter().position(|g| *g == id) {
+                        self.ghosts_waiting.swap_remove(i);
+                        self.ghosts_running.push(id);
+                    }
+                } else if let Some((job, tx)) = self.waiting.remove(&id) {
+                    self.admitted.insert(id, job);
+                    // A receiver dropped meanwhile: its Place's drop calls leave, which
+                    // finds it admitted and gives the slot back.
+                    let _ = tx.send(());
+                }
+            }
+            if !changed {
+                return;
+            }
+        }
+    }
+
+    fn set_limit(&mut self, new: usize) {
+        let current = self.limit_in_policy();
+        if new > current {
+            for _ in current..new {
+                // Cancel a pending decrease first, else free a held CPU.
+                if let Some(g) = self.ghosts_waiting.pop() {
+                    self.stale.insert(g);
+                } else if let Some(g) = self.ghosts_running.pop() {
+                    self.policy.complete(0, g);
+                }
+            }
+        } else {
+            for _ in new..current {
+                self.add_ghost(0);
+            }
+        }
+        self.settle();
+    }
+
+    /// The limit the ghosts currently enforce (or will, once the waiting ones are dispatched).
+    fn limit_in_policy(&self) -> usize {
+        let cpus = self.policy.running().len();
+        cpus - self.ghosts_running.len() - self.ghosts_waiting.len()
+    }
+
+    fn sample(&mut self, rtt: Nanos, in_flight: usize) {
+        self.latency_samples += 1;
+        let a = if self.latency_samples < 16 { 1.0 / self.latency_samples as f64 } else { 0.05 };
+        self.latency_ewma += a * (rtt as f64 - self.latency_ewma);
+        if let Limit::Adaptive(v) = &mut self.limit {
+            let new = v.on_sample(rtt, in_flight);
+            self.set_limit(new);
+        }
+    }
+
+    /// When `job` would finish if it joined the queue now: the requests ahead of it
+    /// (by the order's key) drain at `limit` per mean latency.
+    fn predicted_finish(&self, order: Order, job: &Job, now: Nanos) -> Option<Nanos> {
+        let limit = self.limit.current().max(1);
+        let ahead = self
+            .waiting
+            .values()
+            .filter(|(w, _)| match order {
+                Order::Orf => w.gat <= job.gat,
+                Order::Edf => w.deadline <= job.deadline,
+                Order::Priq => w.class <= job.class,
+                Order::Fifo => true,
+            })
+            .count()
+            + self.ghosts_waiting.len();
+        let before_me = (self.admitted.len() + ahead + 1).saturating_sub(limit);
+        let waves = before_me.div_ceil(limit) as f64;
+        Some(now + ((waves + 1.0) * self.latency_ewma) as Nanos)
+    }
+
+    /// A fresh policy holding only live jobs: the admitted ones and held CPUs first (they
+    /// take CPUs), then the waiting ones in arrival order (ids grow with arrival).
+    fn rebuild(&mut self, order: Order, cpus: usize) {
+        self.policy = build(order, cpus);
+        self.stale.clear();
+        let mut admitted: Vec<Job> = self.admitted.values().copied().collect();
+        admitted.sort_by_key(|j| j.id);
+        for job in admitted {
+            self.policy.arrive(0, job);
+        }
+        for &g in &self.ghosts_running {
+            self.policy.arrive(0, ghost_job(g));
+        }
+        let mut later: Vec<Job> = self.waiting.values().map(|(j, _)| *j).collect();
+        later.extend(self.ghosts_waiting.iter().map(|&g| ghost_job(g)));
+        later.sort_by_key(|j| j.id & !GHOST);
+        for job in later {
+            self.policy.arrive(0, job);
+        }
+    }
+}
+
+impl Place {
+    /// Waits for admission until `deadline` (realtime ns; `NEVER` waits for ever).
+    pub async fn wait(mut self, deadline: Nanos) -> Result<Ticket, ShedReason> {
+        let rx = self.admitted.take().expect("wait is called once");
+        let now = tailor_runtime::cpu::realtime_ns();
+        let admitted = if deadline == tailor_core::time::NEVER {
+            rx.await.is_ok()
+        } else {
+            let left = std::time::Duration::from_nanos(deadline.saturating_sub(now));
+            matches!(tokio::time::timeout(left, rx).await, Ok(Ok(())))
+        };
+        if !admitted {
+            return Err(ShedReason::DeadlineExpired); // Place's drop leaves the line
+        }
+        let in_flight = self.gate.lock().admitted.len();
+        let ticket = Ticket { gate: self.gate.clone(), id: self.id, in_flight_at_start: in_flight, done: false };
+        self.handed_over = true;
+        Ok(ticket)
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if !self.handed_over {
+            self.gate.leave(self.id, None);
+        }
+    }
+}
+
+impl Ticket {
+    /// The request is done; `rtt` is how long the service took (a sample for the limit).
+    pub fn finish(mut self, rtt: Nanos) {
+        self.done = true;
+        self.gate.leave(self.id, Some((rtt, self.in_flight_at_start)));
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.done {
+            self.gate.leave(self.id, None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gate(order: Order, c: Option<usize>) -> Arc<Gate> {
+        Gate::new(GateConfig { order, c, c_max: 16, max_queue: 4, shed_cannot_meet: true })
+    }
+
+    fn ctx(gat: Nanos) -> Context {
+        Context::stamped(gat)
+    }
+
+    fn admitted(p: &mut Place) -> bool {
+        p.admitted.as_mut().unwrap().try_recv().is_ok()
+    }
+
+    #[tokio::test]
+    async fn older_request_goes_first_with_one_slot() {
+        let g = gate(Order::Orf, Some(1));
+        let mut first = g.enter(&ctx(50), 100).unwrap();
+        assert!(admitted(&mut first));
+        let mut young = g.enter(&ctx(90), 100).unwrap();
+        let mut old = g.enter(&ctx(10), 100).unwrap();
+        assert!(!admitted(&mut young) && !admitted(&mut old));
+        drop(first);
+        assert!(admitted(&mut old), "the older GAT is admitted first");
+        assert!(!admitted(&mut young));
+        drop(old);
+        assert!(admitted(&mut young));
+        assert_eq!(g.snapshot(), (0, 1, 1));
+    }
+
+    #[tokio::test]
+    async fn fifo_ignores_gat() {
+        let g = gate(Order::Fifo, Some(1));
+        let first = g.enter(&ctx(50), 100).unwrap();
+        let mut young = g.enter(&ctx(90), 100).unwrap();
+        let mut old = g.enter(&ctx(10), 100).unwrap();
+        drop(first);
+        assert!(admitted(&mut young) && !admitted(&mut old));
+    }
+
+    #[tokio::test]
+    async fn bounded_queue_and_expired_deadlines_are_shed() {
+        let g = gate(Order::Orf, Some(1));
+        let mut expired = ctx(1);
+        expired.deadline = 5;
+        assert_eq!(g.enter(&expired, 10).err(), Some(ShedReason::DeadlineExpired));
+        let _running = g.enter(&ctx(1), 10).unwrap();
+        let places: Vec<_> = (0..4).map(|i| g.enter(&ctx(i), 10).unwrap()).collect();
+        assert_eq!(g.enter(&ctx(0), 10).err(), Some(ShedReason::QueueFull));
+        drop(places);
+        assert_eq!(g.snapshot().0, 0);
+    }
+
+    #[tokio::test]
+    async fn cancelled_waiters_never_leak_slots_or_memory() {
+        let g = gate(Order::Edf, Some(2));
+        for round in 0..100 {
+            let a = g.enter(&ctx(round), 10).unwrap();
+            let b = g.enter(&ctx(round), 10).unwrap();
+            let c = g.enter(&ctx(round), 10).unwrap(); // waits
+            drop(c);
+            drop(a);
+            drop(b);
+        }
+        let st = g.lock();
+        assert_eq!((st.waiting.len(), st.admitted.len()), (0, 0));
+        assert!(st.stale.len() <= 4 && st.policy.waiting() <= 4, "stale entries are bounded");
+    }
+
+    #[tokio::test]
+    async fn limit_changes_take_effect_in_policy_order() {
+        let g = gate(Order::Orf, Some(1));
+        let first = g.enter(&ctx(5), 10).unwrap();
+        let mut young = g.enter(&ctx(9), 10).unwrap();
+        let mut old = g.enter(&ctx(1), 10).unwrap();
+        g.lock().set_limit(2);
+        assert!(admitted(&mut old) && !admitted(&mut young));
+        g.lock().set_limit(1);
+        drop(first); // the freed slot goes to the ghost: still one inside
+        assert!(!admitted(&mut young));
+        drop(old);
+        assert!(admitted(&mut young));
+    }
+
+    #[tokio::test]
+    async fn a_deadline_that_cannot_be_met_at_its_position_is_shed() {
+        let g = gate(Order::Fifo, Some(1));
+        {
+            let mut st = g.lock();
+            st.latency_samples = 100;
+            st.latency_ewma = 1_000.0;
+        }
+        let _inside = g.enter(&ctx(0), 0).unwrap();
+        let _w1 = g.enter(&ctx(0), 0).unwrap();
+        let _w2 = g.enter(&ctx(0), 0).unwrap();
+        let mut tight = ctx(0);
+        tight.deadline = 2_500; // two ahead of it at 1 µs each, plus its own 1 µs
+        assert_eq!(g.enter(&tight, 0).err(), Some(ShedReason::CannotMeet));
+        tight.deadline = 5_000;
+        assert!(g.enter(&tight, 0).is_ok());
+    }
+}

@@ -1,0 +1,287 @@
+//! Checks on an admin endpoint from outside the process, for tests: a blocking scrape, `promtool check metrics`, a real Prometheus server.
+//!
+//! Both Prometheus tools come from the distribution's `prometheus` package
+//! (`.ci/run` installs it); where they are absent the helpers say so
+//! ([`Promtool::Absent`], `Ok(None)`) and the test prints that it skipped.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::exposition::TEXT_CONTENT_TYPE;
+
+/// How long one request to a local endpoint may take.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One HTTP answer, read whole.
+#[derive(Clone, Debug)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub body: String,
+}
+
+/// `GET path` on `addr` over HTTP/1.1 with `Connection: close`, optionally with an `Accept` header.
+pub fn http_get(addr: SocketAddr, path: &str, accept: Option<&str>) -> io::Result<HttpResponse> {
+    let mut stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)?;
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n")?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    parse_response(&raw).ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidData, format!("GET {path} on {addr}: malformed HTTP response"))
+    })
+}
+
+fn parse_response(raw: &[u8]) -> Option<HttpResponse> {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..split]).ok()?;
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let mut content_type = None;
+    let mut content_length = None;
+    let mut chunked = false;
+    for line in lines {
+        let (name, value) = line.split_once(':')?;
+        let value = value.trim();
+        match name.to_ascii_lowercase().as_str() {
+            "content-type" => content_type = Some(value.to_string()),
+            "content-length" => content_length = value.parse::<usize>().ok(),
+            "transfer-encoding" => chunked = value.eq_ignore_ascii_case("chunked"),
+            _ => {}
+        }
+    }
+    let rest = &raw[split + 4..];
+    let body =
+        if chunked { dechunk(rest)? } else { rest[..content_length.unwrap_or(rest.len()).min(rest.len())].to_vec() };
+    Some(HttpResponse { status, content_type, body: String::from_utf8(body).ok()? })
+}
+
+fn dechunk(mut rest: &[u8]) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
+        let size_text = std::str::from_utf8(&rest[..line_end]).ok()?;
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        rest = &rest[line_end + 2..];
+        if size == 0 {
+            return Some(body);
+        }
+        body.extend_from_slice(rest.get(..size)?);
+        rest = rest.get(size + 2..)?;
+    }
+}
+
+/// What `promtool check metrics` said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Promtool {
+    /// Exit 0, no lint problems.
+    Clean,
+    /// Its complaints, verbatim.
+    Problems(String),
+    /// `promtool` is not installed (`apt-get install prometheus`).
+    Absent,
+}
+
+/// Runs `promtool check metrics` on exposition text.
+pub fn promtool_check_metrics(text: &str) -> io::Result<Promtool> {
+    let child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Promtool::Absent),
+        Err(e) => return Err(e),
+    };
+    child.stdin.take().expect("stdin is piped").write_all(text.as_bytes())?;
+    let out = child.wait_with_output()?;
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Ok(if out.status.success() && said.trim().is_empty() { Promtool::Clean } else { Promtool::Problems(said) })
+}
+
+/// A scrape of `/metrics` checked the way an operator would.
+#[derive(Clone, Debug)]
+pub struct Scrape {
+    /// The exposition text.
+    pub body: String,
+    /// promtool's verdict on it.
+    pub promtool: Promtool,
+}
+
+/// Scrapes `http://addr/metrics` as `curl` would (text format), requires 200
+/// and the text content type, and runs promtool on the body.
+pub fn scrape_metrics(addr: SocketAddr) -> Result<Scrape, String> {
+    let resp = http_get(addr, "/metrics", None).map_err(|e| format!("GET /metrics on {addr}: {e}"))?;
+    if resp.status != 200 {
+        return Err(format!("GET /metrics on {addr}: status {} ({})", resp.status, resp.body));
+    }
+    if resp.content_type.as_deref() != Some(TEXT_CONTENT_TYPE) {
+        return Err(format!("GET /metrics on {addr}: content type {:?}", resp.content_type));
+    }
+    let promtool = promtool_check_metrics(&resp.body).map_err(|e| format!("running promtool: {e}"))?;
+    Ok(Scrape { body: resp.body, promtool })
+}
+
+/// The value of the first sample of `series` (a name, or a name with its
+/// labels as written, e.g. `tailor_x_total{tier="lc"}`) in exposition text.
+pub fn sample_value(text: &str, series: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
+        let rest = line.strip_prefix(series)?;
+        // The name must end here: `foo` must not match `foo_total`.
+        let value = rest.strip_prefix(' ')?;
+        value.split(' ').next()?.parse().ok()
+    })
+}
+
+static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+
+/// A real Prometheus server scraping given targets every second, with its
+/// config and data in a temporary directory; stopped (by pid) and removed on drop.
+pub struct PrometheusServer {
+    child: Child,
+    dir: PathBuf,
+    addr: SocketAddr,
+}
+
+impl PrometheusServer {
+    /// Starts `prometheus` with job `tailor` scraping `targets`' `/metrics`
+    /// and returns once it reports ready; `Ok(None)` when it is not installed.
+    pub fn start(targets: &[SocketAddr]) -> io::Result<Option<PrometheusServer>> {
+        let dir = std::env::temp_dir().join(format!(
+            "tailor-prometheus-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: tailor\n    static_configs:\n      - targets: [{}]\n",
+            targets.join(", ")
+        );
+        std::fs::write(dir.join("prometheus.yml"), config)?;
+        // Prometheus takes a port number, not a bound socket: take a free one and hand it over.
+        let addr = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let log = std::fs::File::create(dir.join("prometheus.log"))?;
+        let spawned = Command::new("prometheus")
+            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .arg("--log.level=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn();
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return if e.kind() == io::ErrorKind::NotFound { Ok(None) } else { Err(e) };
+            }
+        };
+        let mut server = PrometheusServer { child, dir, addr };
+        server.wait_ready(Duration::from_secs(60))?;
+        Ok(Some(server))
+    }
+
+    /// Where its HTTP API listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) -> io::Result<()> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Err(io::Error::other(format!("prometheus exited ({status}): {}", self.log())));
+            }
+            if matches!(http_get(self.addr, "/-/ready", None), Ok(r) if r.status == 200) {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                return Err(io::Error::other(format!("prometheus not ready after {timeout:?}: {}", self.log())));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Runs an instant PromQL query until it returns at least one series (the
+    /// targets are scraped every second), and returns the series.
+    pub fn query_until_present(&self, promql: &str, timeout: Duration) -> Result<Vec<serde_json::Value>, String> {
+        let path = format!("/api/v1/query?query={}", percent_encode(promql));
+        let start = Instant::now();
+        loop {
+            let resp = http_get(self.addr, &path, None).map_err(|e| format!("query {promql}: {e}"))?;
+            let answer: serde_json::Value =
+                serde_json::from_str(&resp.body).map_err(|e| format!("query {promql}: {e}: {}", resp.body))?;
+            if answer["status"] != "success" {
+                return Err(format!("query {promql}: {}", resp.body));
+            }
+            if let Some(series) = answer["data"]["result"].as_array().filter(|r| !r.is_empty()) {
+                return Ok(series.clone());
+            }
+            if start.elapsed() > timeout {
+                let targets = http_get(self.addr, "/api/v1/targets", None).map(|r| r.body).unwrap_or_default();
+                return Err(format!("query {promql}: no series after {timeout:?}; targets: {targets}"));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for PrometheusServer {
+    fn drop(&mut self) {
+        // Our own child, by pid.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn responses_parse_with_length_or_chunks() {
+        let plain = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 3\r\n\r\nabc";
+        let r = parse_response(plain).unwrap();
+        assert_eq!((r.status, r.content_type.as_deref(), r.body.as_str()), (200, Some("text/plain"), "abc"));
+        let chunked = b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+        let r = parse_response(chunked).unwrap();
+        assert_eq!((r.status, r.body.as_str()), (404, "abcde"));
+    }
+
+    #[test]
+    fn sample_values_match_whole_series_names() {
+        let text = "# TYPE a_total counter\na_total 3\na_total_x 9\nb{tier=\"lc\"} 2.5\n";
+        assert_eq!(sample_value(text, "a_total"), Some(3.0));
+        assert_eq!(sample_value(text, "b{tier=\"lc\"}"), Some(2.5));
+        assert_eq!(sample_value(text, "a"), None);
+    }
+
+    #[test]
+    fn queries_are_percent_encoded() {
+        assert_eq!(percent_encode("up{job=\"tailor\"}"), "up%7Bjob%3D%22tailor%22%7D");
+    }
+}
