@@ -12,9 +12,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tailor_core::{Nanos, PolicySpec, Rng};
+use tailor_core::{Nanos, PolicySpec, Progress, Rng};
 use tailor_runtime::{BackendSpec, Park};
-use tailor_sim::report::{line_plot, table, Series};
+use tailor_sim::plot::{line_plot_styled, Line, Series};
+use tailor_sim::report::table;
 
 use crate::chain::{has_cap_sys_nice, stop_child, Chain, ChainSpec};
 use crate::cpuacct::{self, CpuUsage};
@@ -350,8 +351,8 @@ pub(crate) fn stop_agent(mut agent: Child) {
     stop_child(&mut agent, Instant::now() + Duration::from_secs(3));
 }
 
-/// Runs the whole demo, printing progress through `say`.
-pub fn run(cfg: &DemoConfig, mut say: impl FnMut(&str)) -> Result<DemoReport, DemoError> {
+/// Runs the whole demo, reporting one step per measured run and each result row to `progress`.
+pub fn run(cfg: &DemoConfig, progress: &dyn Progress) -> Result<DemoReport, DemoError> {
     if cfg.tiers == 0 || cfg.cores == 0 || cfg.requests == 0 || cfg.loads.is_empty() || cfg.modes.is_empty() {
         return Err(DemoError::Config(
             "--tiers, --cores, --requests, --loads and --modes must be non-empty and > 0".into(),
@@ -378,12 +379,12 @@ pub fn run(cfg: &DemoConfig, mut say: impl FnMut(&str)) -> Result<DemoReport, De
     let gen_offered = (top_rate * 8.0).clamp(2_000.0, 10_000.0);
     let (gen_max, gen_lag) =
         loadgen::max_rate(gen_offered, if cfg.requests < 1000 { 0.3 } else { 1.0 }, generator_priority())?;
-    say(&format!(
+    progress.line(&format!(
         "load generator: {gen_max:.0} req/s completed of {gen_offered:.0} offered against a null server (p99 send lag {gen_lag:.0} µs); the demo's rates are below {top_rate:.0} req/s"
     ));
 
     let calibration = calibrate(cfg)?;
-    say(&format!(
+    progress.line(&format!(
         "unloaded chain with zero demand: p50 {:.0} µs end to end; {:.0} µs of CPU per request (all processes); {:.0} µs per hop of latency beyond that ({} hops)",
         calibration.p50_us,
         calibration.overhead_us,
@@ -396,10 +397,13 @@ pub fn run(cfg: &DemoConfig, mut say: impl FnMut(&str)) -> Result<DemoReport, De
     let mut skipped: Vec<Skipped> = Vec::new();
     if let Some(reason) = &kernel_block {
         for m in cfg.modes.iter().filter(|m| m.kernel_enforced()) {
-            say(&format!("skipping {}: {reason}", m.name()));
+            progress.line(&format!("skipping {}: {reason}", m.name()));
             skipped.push(Skipped { mode: m.name(), reason: reason.clone() });
         }
     }
+    let runnable = cfg.modes.iter().filter(|m| !skipped.iter().any(|s| s.mode == m.name())).count();
+    progress.start((cfg.workloads.len() * cfg.loads.len() * runnable) as u64, "runs");
+    let mut steps = 0u64;
     // Point-major order: at each (workload, load) every mode runs back to back
     // with a fresh chain, so background load on a shared machine (which comes
     // and goes) hits the modes alike instead of one mode's whole sweep.
@@ -416,15 +420,17 @@ pub fn run(cfg: &DemoConfig, mut say: impl FnMut(&str)) -> Result<DemoReport, De
                     Ok((records, usage)) => {
                         let result =
                             finish_run(cfg, mode, w, load, rate, seed, &calibration, &records, usage, &runs_dir)?;
-                        say(&row_line(&result));
+                        progress.line(&row_line(&result));
                         runs.push(result);
                     }
                     Err(RunModeError::Skip(reason)) => {
-                        say(&format!("skipping {}: {reason}", mode.name()));
+                        progress.line(&format!("skipping {}: {reason}", mode.name()));
                         skipped.push(Skipped { mode: mode.name(), reason });
                     }
                     Err(RunModeError::Fatal(e)) => return Err(e),
                 }
+                steps += 1;
+                progress.advance(steps, &format!("{} {w} ρ={load}", mode.name()));
             }
         }
     }
@@ -794,8 +800,13 @@ fn report_markdown(cfg: &DemoConfig, report: &DemoReport) -> String {
 
 fn plot(report: &DemoReport, w: Workload) -> String {
     let mut series = Vec::new();
-    let mut modes: Vec<&str> = report.runs.iter().map(|r| r.mode_name).collect();
-    modes.dedup();
+    // Each mode once, in the order the runs came (they interleave across loads).
+    let mut modes: Vec<&str> = Vec::new();
+    for r in &report.runs {
+        if !modes.contains(&r.mode_name) {
+            modes.push(r.mode_name);
+        }
+    }
     for m in modes {
         let pts = |f: &dyn Fn(&RunResult) -> Option<f64>| -> Vec<(f64, f64)> {
             report
@@ -805,8 +816,14 @@ fn plot(report: &DemoReport, w: Workload) -> String {
                 .filter_map(|r| f(r).map(|y| (r.load, y)))
                 .collect()
         };
-        series.push(Series { label: m.to_string(), points: pts(&|r| Some(r.summary.latency_ms.p99)) });
-        series.push(Series { label: format!("{m} (sim)"), points: pts(&|r| r.predicted_p99_ms) });
+        series.push(Series::new(m, pts(&|r| Some(r.summary.latency_ms.p99))));
+        series.push(Series::new(m, pts(&|r| r.predicted_p99_ms)).styled(Line::Dashed));
     }
-    line_plot(&format!("tailor demo: p99 vs load, {w}"), "utilization ρ", "p99 latency (ms)", &series)
+    line_plot_styled(
+        &format!("tailor demo: p99 vs load, {w}"),
+        "utilization ρ",
+        "p99 latency (ms)",
+        &series,
+        &[(Line::Solid, "measured"), (Line::Dashed, "simulated")],
+    )
 }

@@ -1,4 +1,5 @@
-//! `tailor agent`: the node agent of the kernel-enforced runtime backend (docs/runtime.md).
+//! `tailor scheduler` (alias `tailor agent`): the kernel scheduler agent of the kernel-enforced
+//! runtime backend (docs/runtime.md). Not the node tier agent (`tailor node run`).
 
 use std::path::PathBuf;
 
@@ -72,7 +73,8 @@ pub fn main(args: AgentArgs) -> Result<(), String> {
         eprintln!("tailor agent supervise: {report:?}");
         return Ok(());
     }
-    let policy = kernel::policy_from_args(&args.policy, args.c, args.slice_us).map_err(|e| e.to_string())?;
+    let policy = kernel::policy_from_args(&args.policy, args.c, args.slice_us)
+        .map_err(|e| format!("--policy {} (--c, --slice-us): {e}", args.policy))?;
     let cfg = AgentConfig {
         table: args.table,
         policy,

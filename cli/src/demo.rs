@@ -12,9 +12,14 @@ use tailor_bench::tier::{self, TierConfig};
 use tailor_bench::workload::Workload;
 use tailor_runtime::BackendSpec;
 
+use crate::output::{print_json, OutputArg};
+use crate::progress::Reporter;
+
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct DemoArgs {
+    #[command(flatten)]
+    output: OutputArg,
     #[command(subcommand)]
     tier: Option<DemoCommand>,
     /// Tiers in the chain (each its own process).
@@ -27,22 +32,23 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 1.0)]
     mean_ms: f64,
     /// Workloads, comma-separated: fixed, exp, lognormal, trimodal, bimodal.
-    #[arg(long, value_delimiter = ',', default_value = "exp,trimodal")]
-    workload: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "exp,trimodal", value_parser = parse_workload)]
+    workload: Vec<Workload>,
     /// Utilizations ρ = λ·E[total demand]/cores, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "0.5,0.7,0.85")]
     loads: Vec<f64>,
     /// Modes, comma-separated: linux, fifo, rr, orf-coop, orf (kernel-enforced by key
     /// ordering: each job at a SCHED_FIFO level from its GAT); for side-by-side runs also
     /// orf-band (the agent's SCHED_FIFO band) and orf-park-idle (the band with SCHED_IDLE parking).
-    #[arg(long, value_delimiter = ',', default_value = "linux,fifo,rr,orf-coop,orf")]
-    modes: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "linux,fifo,rr,orf-coop,orf", value_parser = parse_mode)]
+    modes: Vec<Mode>,
     /// Measured requests per run (after the warm-up).
     #[arg(long, default_value_t = 3000)]
     requests: usize,
     /// Unmeasured requests at the start of each run.
     #[arg(long, default_value_t = 300)]
     warmup: usize,
+    /// Seed of the arrival and demand draws.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Output directory (report.md, demo.json, per-run JSON/CSV/.hgrm, plots, logs).
@@ -75,6 +81,14 @@ pub struct DemoArgs {
     idle_states: String,
 }
 
+fn parse_workload(s: &str) -> Result<Workload, String> {
+    s.parse::<Workload>().map_err(|e| e.to_string())
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    Mode::parse(s).map_err(|e| e.to_string())
+}
+
 #[derive(Subcommand)]
 enum DemoCommand {
     /// One tier of the chain (started by `tailor demo` itself).
@@ -87,6 +101,7 @@ struct TierArgs {
     /// Position in the chain; 0 is the edge, which stamps the GAT.
     #[arg(long)]
     index: usize,
+    /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
     /// URL of the next tier.
@@ -102,18 +117,7 @@ pub fn main(args: DemoArgs) -> Result<(), String> {
         return run_tier(t);
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the tailor binary to start tiers: {e}"))?;
-    let workloads = args
-        .workload
-        .iter()
-        .map(|w| w.parse::<Workload>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("--workload: {e}"))?;
-    let modes = args
-        .modes
-        .iter()
-        .map(|m| Mode::parse(m))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("--modes: {e}"))?;
+    let (workloads, modes) = (args.workload, args.modes);
     if !(args.mean_ms > 0.0 && args.mean_ms.is_finite()) {
         return Err(format!("--mean-ms {}: give a positive number of ms, e.g. 1", args.mean_ms));
     }
@@ -124,7 +128,7 @@ pub fn main(args: DemoArgs) -> Result<(), String> {
     let mut cfg = DemoConfig {
         exe,
         tier_args: vec!["demo".into(), "tier".into()],
-        agent_args: vec!["agent".into()],
+        agent_args: vec!["scheduler".into()],
         tiers: args.tiers,
         cores,
         mean_ms: args.mean_ms,
@@ -148,7 +152,7 @@ pub fn main(args: DemoArgs) -> Result<(), String> {
         cfg.requests = 300;
         cfg.warmup = 50;
     }
-    println!(
+    eprintln!(
         "tailor demo: {} tiers on {} CPUs, modes {}, workloads {}, loads {:?}; output in {}",
         cfg.tiers,
         cfg.cores,
@@ -161,12 +165,16 @@ pub fn main(args: DemoArgs) -> Result<(), String> {
     // kernel drops the request when this process exits, however it exits.
     let _idle = if cfg.idle_states_off {
         let guard = tailor_node::idle::IdleStatesOff::hold()?;
-        println!("CPU idle states off while the demo runs ({} held at 0)", guard.path().display());
+        eprintln!("CPU idle states off while the demo runs ({} held at 0)", guard.path().display());
         Some(guard)
     } else {
         None
     };
-    let report = demo::run(&cfg, |line| println!("{line}")).map_err(|e| e.to_string())?;
+    let report = demo::run(&cfg, &Reporter::new()).map_err(|e| e.to_string())?;
+    if args.output.json() {
+        print_json(&serde_json::to_value(&report).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
     println!("\n{}", demo::results_table(&report));
     for s in &report.skipped {
         println!("skipped {}: {}", s.mode, s.reason);

@@ -6,6 +6,10 @@ use clap::{Args, Subcommand};
 use tailor_fanout::demo::{self, Loaded, Pace};
 use tailor_fanout::Scheme;
 
+use crate::output::{print_json, repo_path, OutputArg};
+use crate::progress::Reporter;
+use tailor_core::Progress;
+
 #[derive(Args)]
 pub struct FanoutArgs {
     #[command(subcommand)]
@@ -24,13 +28,17 @@ enum FanoutCommand {
 }
 
 #[derive(Args)]
-struct DemoArgs {
-    /// Two-class configuration (its schemes, fan-outs, SLOs, search).
-    #[arg(long, default_value = "fanout/configs/masstree-two-class.toml")]
-    config: PathBuf,
-    /// Single-class configuration, run after the two-class one (`none` to skip).
-    #[arg(long, default_value = "fanout/configs/masstree-one-class.toml")]
-    one_class: PathBuf,
+pub struct DemoArgs {
+    #[command(flatten)]
+    output: OutputArg,
+    /// Two-class configuration (its schemes, fan-outs, SLOs, search) [default: the built-in
+    /// fanout/configs/masstree-two-class.toml].
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Single-class configuration, run after the two-class one (`none` to skip) [default: the
+    /// built-in fanout/configs/masstree-one-class.toml].
+    #[arg(long)]
+    one_class: Option<PathBuf>,
     /// Short probes and a coarse search (about a minute; for tests).
     #[arg(long)]
     quick: bool,
@@ -47,14 +55,26 @@ struct DemoArgs {
 
 #[derive(Args)]
 struct CalibrateArgs {
-    #[arg(long, default_value = "fanout/configs/masstree-two-class.toml")]
-    config: PathBuf,
+    #[command(flatten)]
+    output: OutputArg,
+    /// Configuration with an [admission] section [default: the built-in
+    /// fanout/configs/masstree-two-class.toml].
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// Max load of TF-EDFQ without admission [default: search for it first].
     #[arg(long)]
     max_load: Option<f64>,
+    /// Short probes and a coarse search (about a minute; for tests).
     #[arg(long)]
     quick: bool,
 }
+
+/// The built-in configurations: embedded, so the defaults work from any directory; their
+/// relative table paths resolve against the repository `tailor` was built from.
+const TWO_CLASS: (&str, &str) =
+    ("fanout/configs/masstree-two-class.toml", include_str!("../../fanout/configs/masstree-two-class.toml"));
+const ONE_CLASS: (&str, &str) =
+    ("fanout/configs/masstree-one-class.toml", include_str!("../../fanout/configs/masstree-one-class.toml"));
 
 pub fn main(args: FanoutArgs) -> Result<(), String> {
     match args.command {
@@ -63,16 +83,18 @@ pub fn main(args: FanoutArgs) -> Result<(), String> {
     }
 }
 
-fn load(path: &Path) -> Result<Loaded, String> {
-    Loaded::load(path).map_err(|e| format!("{e} (run from the repository root, or pass --config)"))
+/// The file given, or the built-in configuration.
+fn load(path: Option<&Path>, builtin: (&str, &str)) -> Result<Loaded, String> {
+    match path {
+        Some(p) => Loaded::load(p).map_err(|e| e.to_string()),
+        None => Loaded::from_toml(builtin.1, &repo_path(builtin.0)).map_err(|e| e.to_string()),
+    }
 }
 
-fn log(line: &str) {
-    eprintln!("{line}");
-}
-
-fn run_demo(a: DemoArgs) -> Result<(), String> {
-    let two = load(&a.config)?;
+pub fn run_demo(a: DemoArgs) -> Result<(), String> {
+    let progress = Reporter::new();
+    let log = &progress;
+    let two = load(a.config.as_deref(), TWO_CLASS)?;
     let pace = Pace::of(&two, a.quick);
     eprintln!(
         "{}: runs of {:.1} s + {:.1} s warm-up, pooled per probe until every group is decided at {:.0}% or {:.0} s; search to ±{:.2}",
@@ -86,18 +108,20 @@ fn run_demo(a: DemoArgs) -> Result<(), String> {
     let started = std::time::Instant::now();
     let results = demo::run_schemes(&two, pace, !a.no_sim, log).map_err(|e| e.to_string())?;
     let mut out = demo::format_table(&two, &results);
-    if a.one_class.as_os_str() != "none" {
-        let one = load(&a.one_class)?;
+    let mut json = serde_json::json!({ "schema": "tailor.fanout-demo/v1", "configs": [schemes_json(&two, &results)] });
+    if a.one_class.as_deref() != Some(Path::new("none")) {
+        let one = load(a.one_class.as_deref(), ONE_CLASS)?;
         let r1 = demo::run_schemes(&one, Pace::of(&one, a.quick), !a.no_sim, log).map_err(|e| e.to_string())?;
         out += "\n";
         out += &demo::format_table(&one, &r1);
+        json["configs"].as_array_mut().expect("an array").push(schemes_json(&one, &r1));
     }
     if !a.no_admission {
         let mut tf = results.iter().find(|r| r.scheme == Scheme::TfEdfq).map(|r| r.real_max_load).unwrap_or(0.0);
         let adm = two.for_admission();
         if adm.cfg.queuing != two.cfg.queuing {
             // The overload check runs with other queuing: its own max load first.
-            eprintln!("admission runs with {:?} queuing: TF-EDFQ's max load there first", adm.cfg.queuing);
+            log.line(&format!("admission runs with {:?} queuing: TF-EDFQ's max load there first", adm.cfg.queuing));
             let mut lq = adm.clone();
             lq.cfg.schemes = vec![Scheme::TfEdfq];
             tf = demo::run_schemes(&lq, pace, false, log).map_err(|e| e.to_string())?[0].real_max_load;
@@ -110,7 +134,7 @@ fn run_demo(a: DemoArgs) -> Result<(), String> {
             let r = match a.r_th {
                 Some(r_th) => vec![demo::run_admission(&two, pace, r_th, tf * overload).map_err(|e| e.to_string())?],
                 None => {
-                    eprintln!("calibrating R_th at {overload}× the max load {tf:.3}");
+                    log.line(&format!("calibrating R_th at {overload}× the max load {tf:.3}"));
                     demo::calibrate(&two, pace, tf, log).map_err(|e| e.to_string())?.1
                 }
             };
@@ -154,6 +178,7 @@ fn run_demo(a: DemoArgs) -> Result<(), String> {
                     ))
                 )
             };
+            json["admission"] = serde_json::Value::Array(r.iter().map(|x| admission_json(x, tf)).collect());
             for x in &r {
                 out += &row("real", x);
                 if let Some(sim) = &x.simulated {
@@ -163,13 +188,56 @@ fn run_demo(a: DemoArgs) -> Result<(), String> {
             out += "\n(sim: the same configuration in the simulator with the overhead the real run measured; it models the miss ratio (a miss counted at dequeue) and `reject_late`, not `predict`, `proportional` or `per_server`.)\n";
         }
     }
-    println!("{out}");
+    drop(progress);
+    if a.output.json() {
+        print_json(&json);
+    } else {
+        println!("{out}");
+    }
     eprintln!("demo took {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
 }
 
+/// One configuration's max loads per scheme, for `-o json`.
+fn schemes_json(l: &Loaded, results: &[demo::SchemeResult]) -> serde_json::Value {
+    let schemes: Vec<_> = results
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "scheme": r.scheme.name(),
+                "real_max_load": r.real_max_load,
+                "sim_max_load": r.sim_max_load,
+            })
+        })
+        .collect();
+    serde_json::json!({ "config": l.cfg.name, "schemes": schemes })
+}
+
+/// One admission check (real, with its simulated twin), for `-o json`.
+fn admission_json(x: &demo::AdmissionResult, max_load: f64) -> serde_json::Value {
+    let side = |x: &demo::AdmissionResult| {
+        serde_json::json!({
+            "offered_load": x.offered_load,
+            "accepted_load": x.accepted_load,
+            "rejected_pct": x.rejected_pct,
+            "holds": x.holds(),
+            "classes": x.classes.iter().map(|c| serde_json::json!({
+                "class": c.name, "quantile_ms": c.quantile_ms, "slo_ms": c.slo_ms,
+            })).collect::<Vec<_>>(),
+        })
+    };
+    serde_json::json!({
+        "r_th": x.r_th,
+        "max_load": max_load,
+        "real": side(x),
+        "simulated": x.simulated.as_deref().map(side),
+    })
+}
+
 fn run_calibrate(a: CalibrateArgs) -> Result<(), String> {
-    let l = load(&a.config)?;
+    let progress = Reporter::new();
+    let log = &progress;
+    let l = load(a.config.as_deref(), TWO_CLASS)?;
     let pace = Pace::of(&l, a.quick);
     let max = match a.max_load {
         Some(m) => m,
@@ -184,6 +252,11 @@ fn run_calibrate(a: CalibrateArgs) -> Result<(), String> {
         return Err("TF-EDFQ meets no SLO in the search range: nothing to calibrate against".into());
     }
     let (best, _) = demo::calibrate(&l, pace, max, log).map_err(|e| e.to_string())?;
+    drop(progress);
+    if a.output.json() {
+        print_json(&serde_json::json!({ "config": l.cfg.name, "max_load": max, "r_th": best }));
+        return Ok(());
+    }
     match best {
         Some(r) => println!("R_th = {r} (largest candidate holding every class SLO at overload; max load {max:.3})"),
         None => println!("no R_th candidate holds the SLOs at overload (max load {max:.3}); try smaller candidates"),

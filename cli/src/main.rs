@@ -1,20 +1,28 @@
-//! `tailor`: one command over Tailor's parts. Today: the simulator and the
-//! reproduction of the seeds' evaluations.
+//! `tailor`: one command over Tailor's parts — the simulator, the reproduction of the papers'
+//! evaluations, the real-chain demo and benchmarks, TailGuard's fan-out, and the two node
+//! daemons (the kernel scheduler agent and the node tier agent).
 
 mod agent;
 mod demo;
 mod fanout;
 mod ladder;
 mod node;
+mod output;
+mod progress;
 mod proxy;
 mod reproduce;
 mod sim;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+use clap_complete::Shell;
 use tailor_telemetry::LogFormat;
 
+/// `tailor --version`: the crate version and the commit it was built from.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("TAILOR_GIT_COMMIT"), ")");
+
+/// Cut the end-to-end tail latency of distributed services.
 #[derive(Parser)]
-#[command(name = "tailor", version, about = "Cut the end-to-end tail latency of distributed services.")]
+#[command(name = "tailor", version = VERSION, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -24,35 +32,49 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Simulate a scenario file (or the built-in TailClipper three-tier chain).
+    /// Simulate a scenario file, or the built-in TailClipper three-tier chain without one.
     Sim(sim::SimArgs),
-    /// Rerun the seed papers' evaluations and regenerate docs/reproduction.md.
+    /// Rerun the seed papers' evaluations in the simulator; writes a results page to
+    /// target/tailor-reproduce (`--publish` refreshes docs/reproduction.md).
     Reproduce(reproduce::ReproduceArgs),
-    /// Run a real N-tier chain on loopback under every scheduling mode, side by side (docs/demo.md).
+    /// Real N-tier chain on loopback under every scheduling mode, side by side (same as `tailor bench chain`).
     Demo(demo::DemoArgs),
-    /// TailGuard on real sockets: the fan-out demo and R_th calibration (docs/fanout.md).
-    Fanout(fanout::FanoutArgs),
-    /// Node agent: tiers that fence best-effort load from latency-critical work (docs/node.md).
-    Node(node::NodeArgs),
-    /// The kernel-enforced runtime's node agent: one policy for every service on this node (docs/runtime.md).
-    Agent(agent::AgentArgs),
-    /// Tailor in front of any HTTP/gRPC service: the edge and the sidecar proxy (docs/proxy.md).
-    Proxy(proxy::ProxyArgs),
-    /// Benchmarks.
+    /// Measurements on real processes: the chain demo, the fan-out demo, the node ladder.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// TailGuard on real sockets: the fan-out demo and R_th calibration (docs/fanout.md).
+    Fanout(fanout::FanoutArgs),
+    /// Node tier agent (daemon): fences best-effort load from latency-critical work with
+    /// cgroups and tiers; run, supervise, safe mode (docs/node.md).
+    Node(node::NodeArgs),
+    /// Kernel scheduler agent (daemon): orders every registered job thread on this node by one
+    /// policy through SCHED_FIFO levels (docs/runtime.md). Formerly `tailor agent`.
+    #[command(visible_alias = "agent")]
+    Scheduler(agent::AgentArgs),
+    /// Tailor in front of any HTTP/gRPC service: the edge and the sidecar proxy (docs/proxy.md).
+    Proxy(proxy::ProxyArgs),
+    /// Print a shell completion script: `tailor completions bash > /etc/bash_completion.d/tailor`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        #[arg(value_enum)]
+        shell: Shell,
+    },
 }
 
 #[derive(Subcommand)]
 enum BenchCommand {
-    /// Probe p99 under 0/1/2/4/8 best-effort spinners: stock vs the node agent enforcing.
+    /// Real N-tier chain on loopback under every scheduling mode, real vs simulated (`tailor demo`).
+    Chain(demo::DemoArgs),
+    /// TailGuard's handler and task servers on loopback: max load under SLO per scheme (`tailor fanout demo`).
+    Fanout(fanout::DemoArgs),
+    /// Probe p99 under 0/1/2/4/8 best-effort spinners: stock vs the node tier agent enforcing.
     Ladder(ladder::LadderArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     // The scheduler agent is a daemon: JSON log lines unless --log-format says otherwise.
-    let log_format = if matches!(cli.command, Command::Agent(_)) { LogFormat::Json } else { LogFormat::Text };
+    let log_format = if matches!(cli.command, Command::Scheduler(_)) { LogFormat::Json } else { LogFormat::Text };
     if let Err(e) = cli.log.init(log_format) {
         eprintln!("tailor: {e}");
         std::process::exit(2);
@@ -62,13 +84,28 @@ fn main() {
         Command::Reproduce(args) => reproduce::main(args),
         Command::Node(args) => node::main(args),
         Command::Bench(BenchCommand::Ladder(args)) => ladder::main(args),
-        Command::Demo(args) => demo::main(args),
+        Command::Bench(BenchCommand::Chain(args)) | Command::Demo(args) => demo::main(args),
+        Command::Bench(BenchCommand::Fanout(args)) => fanout::run_demo(args),
         Command::Fanout(args) => fanout::main(args),
-        Command::Agent(args) => agent::main(args),
+        Command::Scheduler(args) => agent::main(args),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "tailor", &mut std::io::stdout());
+            Ok(())
+        }
         Command::Proxy(args) => proxy::main(args),
     };
     if let Err(e) = result {
         eprintln!("tailor: {e}");
         std::process::exit(2);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_tree_is_consistent() {
+        Cli::command().debug_assert();
     }
 }

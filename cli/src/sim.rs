@@ -10,6 +10,9 @@ use tailor_sim::report;
 use tailor_sim::scenario::{LoadedScenario, Scenario};
 use tailor_sim::sweep::{self, RunOutput};
 
+use crate::output::{repo_path, OutputArg};
+use crate::progress::Reporter;
+
 /// The scenario `tailor sim` runs without a file: TailClipper's three-tier
 /// chain with Exp(10 ms) demands, orf vs rr vs fair across load.
 const DEFAULT_SCENARIO: &str = include_str!("../../scenarios/tailclipper-chain-exp.toml");
@@ -18,10 +21,12 @@ const DEFAULT_SCENARIO: &str = include_str!("../../scenarios/tailclipper-chain-e
 pub struct SimArgs {
     /// Scenario file (TOML). Without one, the built-in TailClipper three-tier chain.
     scenario: Option<PathBuf>,
-    /// Write the results as JSON to this file (`-` for stdout; schema in docs/sim-json.md).
+    #[command(flatten)]
+    output: OutputArg,
+    /// Write the results as JSON to this file (`-` for stdout, the same as `-o json`; schema in docs/sim-json.md).
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Directory for sweep CSV and SVG output [default: out/<scenario name>].
+    /// Directory for sweep CSV and SVG output [default: target/tailor-sim/<scenario name>].
     #[arg(long)]
     out: Option<PathBuf>,
     /// Measured requests per run (overrides the file).
@@ -72,7 +77,7 @@ pub fn main(args: SimArgs) -> Result<(), String> {
     }
     let loaded: LoadedScenario = match &args.scenario {
         Some(p) => Scenario::load(p).map_err(|e| e.to_string())?,
-        None => Scenario::from_toml(DEFAULT_SCENARIO, Path::new("scenarios/tailclipper-chain-exp.toml"))
+        None => Scenario::from_toml(DEFAULT_SCENARIO, &repo_path("scenarios/tailclipper-chain-exp.toml"))
             .map_err(|e| e.to_string())?,
     };
     let base = Overrides {
@@ -88,7 +93,8 @@ pub fn main(args: SimArgs) -> Result<(), String> {
     };
     let threads = args.jobs.unwrap_or_else(sweep::default_threads);
     let sc = &loaded.scenario;
-    let quiet = args.json.as_deref() == Some(Path::new("-"));
+    let json_path = if args.output.json() { Some(PathBuf::from("-")) } else { args.json.clone() };
+    let quiet = json_path.as_deref() == Some(Path::new("-"));
     let say = |s: &str| {
         if !quiet {
             println!("{s}");
@@ -102,7 +108,8 @@ pub fn main(args: SimArgs) -> Result<(), String> {
     ));
 
     let json = if sc.search.is_some() && !args.single {
-        let results = sweep::max_load(&loaded, &base, threads).map_err(|e| e.to_string())?;
+        let results =
+            sweep::max_load_with_progress(&loaded, &base, threads, &Reporter::new()).map_err(|e| e.to_string())?;
         say(&format!(
             "max load under SLO (every class and fanout meets its SLO), seed {}:\n",
             base.seed.unwrap_or(sc.seed)
@@ -115,9 +122,9 @@ pub fn main(args: SimArgs) -> Result<(), String> {
         }
         json!({ "schema": "tailor.sim/v1", "kind": "search", "scenario": sc.name, "results": results })
     } else if sc.sweep.is_some() && !args.single {
-        let runs = sweep::sweep(&loaded, &base, threads).map_err(|e| e.to_string())?;
+        let runs = sweep::sweep_with_progress(&loaded, &base, threads, &Reporter::new()).map_err(|e| e.to_string())?;
         say(&report::runs_table(&runs));
-        let out = args.out.clone().unwrap_or_else(|| PathBuf::from("out").join(&sc.name));
+        let out = args.out.clone().unwrap_or_else(|| PathBuf::from("target/tailor-sim").join(&sc.name));
         std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
         let by_rps = sc.sweep.as_ref().is_some_and(|s| !s.rps.is_empty());
         let csv = out.join("sweep.csv");
@@ -138,7 +145,7 @@ pub fn main(args: SimArgs) -> Result<(), String> {
         ));
         json!({ "schema": "tailor.sim/v1", "kind": "run", "scenario": sc.name, "runs": [run] })
     };
-    if let Some(path) = &args.json {
+    if let Some(path) = &json_path {
         let text = serde_json::to_string_pretty(&json).expect("results serialize");
         if quiet {
             println!("{text}");

@@ -30,7 +30,7 @@ fn quick_demo_completes_every_request_propagates_the_gat_and_writes_all_outputs(
         let why = skipped.iter().find(|s| s["mode"] == mode);
         assert!(ran.contains(&mode) || why.is_some_and(|s| !s["reason"].as_str().unwrap().is_empty()), "{mode}");
         if let Some(s) = why {
-            assert!(stdout.contains(&format!("skipping {mode}: ")), "no printed reason for {mode}:\n{stdout}");
+            assert!(stderr.contains(&format!("skipping {mode}: ")), "no printed reason for {mode}:\n{stderr}");
             println!("{mode} skipped: {}", s["reason"]);
         }
     }
@@ -59,7 +59,15 @@ fn quick_demo_completes_every_request_propagates_the_gat_and_writes_all_outputs(
     }
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("| linux") || md.contains("linux "), "{md}");
-    assert!(std::fs::read_to_string(out.join("p99-exp.svg")).unwrap().starts_with("<svg"));
+    let svg = std::fs::read_to_string(out.join("p99-exp.svg")).unwrap();
+    assert!(svg.starts_with("<svg"));
+    // Each mode once in the legend (its measured and simulated lines share its colour), then
+    // the two line styles once each.
+    let legend = tailor_sim::plot::legend_entries(&svg).expect("a legend");
+    let mut want: Vec<String> = ran.iter().map(|m| m.to_string()).collect();
+    want.dedup();
+    want.extend(["measured".to_string(), "simulated".to_string()]);
+    assert_eq!(legend, want, "{svg}");
     assert!(stdout.contains("p99/sim"), "no table printed:\n{stdout}");
     std::fs::remove_dir_all(&out).unwrap();
 }
@@ -87,9 +95,10 @@ fn bad_arguments_get_a_clear_error() {
     let run = tailor().args(["demo", "--workload", "nope", "--quick"]).output().unwrap();
     assert!(!run.status.success());
     let err = String::from_utf8_lossy(&run.stderr);
-    assert!(err.contains("--workload: unknown workload `nope`; use one of fixed, exp"), "{err}");
+    assert!(err.contains("for '--workload <WORKLOAD>': unknown workload `nope`; use one of fixed, exp"), "{err}");
     let run = tailor().args(["demo", "--modes", "linux,cfs"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&run.stderr).contains("--modes: unknown mode `cfs`"));
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("for '--modes <MODES>': unknown mode `cfs`"), "{err}");
     let run = tailor().args(["demo", "--loads", "1.2", "--modes", "linux"]).output().unwrap();
     assert!(String::from_utf8_lossy(&run.stderr).contains("--loads: 1.2 is not a utilization"));
 }

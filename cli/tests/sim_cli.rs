@@ -56,6 +56,15 @@ fn default_scenario_sweep_writes_csv_and_svg() {
     assert_eq!(csv.lines().count(), 1 + 4 * 4, "header + 4 policies x 4 loads:\n{csv}");
     let svg = std::fs::read_to_string(dir.join("p99.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("polyline") && svg.trim_end().ends_with("</svg>"));
+    let legend = tailor_sim::plot::legend_entries(&svg).expect("a legend");
+    assert_eq!(legend.len(), 4, "each policy once: {legend:?}");
+    // stderr is a pipe here: one plain progress line per finished point (4 policies × 4
+    // loads), with an ETA and no terminal control sequences.
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("points: [")).collect();
+    assert_eq!(lines.len(), 16, "{err}");
+    assert!(lines.last().unwrap().starts_with("points: [16/16]") && lines[0].contains("ETA"), "{err}");
+    assert!(!err.contains('\u{1b}'), "escape codes in non-tty output: {err:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -23,6 +23,7 @@ use tailor_core::latency::LatencyHistogram;
 use tailor_core::policy::PolicySpec;
 use tailor_core::tailguard::{BudgetSplit, SharedCdf, SloClass};
 use tailor_core::time::{from_millis_f64, Nanos};
+use tailor_core::Progress;
 use tailor_sim::model::{LoadOverride, Model, Overrides};
 use tailor_sim::scenario::Scenario;
 
@@ -1126,8 +1127,9 @@ pub fn run_schemes(
     l: &Loaded,
     pace: Pace,
     with_sim: bool,
-    mut log: impl FnMut(&str),
+    progress: &dyn Progress,
 ) -> Result<Vec<SchemeResult>, crate::Error> {
+    progress.start(l.cfg.schemes.len() as u64, &format!("{}: schemes", l.cfg.name));
     let mut lq = l.clone();
     lq.cfg.search.tolerance = pace.tolerance;
     lq.cfg.search.confidence = pace.confidence;
@@ -1146,7 +1148,7 @@ pub fn run_schemes(
             None
         };
         let (max, probes) = search_real(&lq, scheme, pace.judging(), hint, |p| {
-            log(&format!(
+            progress.line(&format!(
                 "  {:<8} load {:.3}: {} — {} queries, task miss {:.2}%, timer p99 late {} µs",
                 scheme.name(),
                 p.load,
@@ -1165,7 +1167,7 @@ pub fn run_schemes(
             .min_by(|a, b| (a.load - max).abs().total_cmp(&(b.load - max).abs()))
             .map(|p| p.overhead.clone())
             .unwrap_or_default();
-        log(&format!(
+        progress.line(&format!(
             "  {}: per-task overhead at load {:.3}: dispatch mean {:.0} µs (p99 {} µs), after service mean {:.0} µs (p50 {} µs, p99 {} µs)",
             scheme.name(),
             max,
@@ -1179,13 +1181,14 @@ pub fn run_schemes(
         // service: the rest of the post-dequeue time), with their spread.
         let sim =
             if with_sim { Some(search_sim(&lq, scheme, Some(HopDelay::from_measured(&overhead)))?) } else { None };
-        log(&format!(
+        progress.line(&format!(
             "{}: real max load {:.3}{}",
             scheme.name(),
             max,
             sim.map_or(String::new(), |s| format!(", simulated {s:.3}"))
         ));
         out.push(SchemeResult { scheme, real_max_load: max, sim_max_load: sim, overhead, probes });
+        progress.advance(out.len() as u64, scheme.name());
     }
     Ok(out)
 }
@@ -1332,7 +1335,7 @@ pub fn calibrate(
     l: &Loaded,
     pace: Pace,
     max_load: f64,
-    mut log: impl FnMut(&str),
+    progress: &dyn Progress,
 ) -> Result<(Option<f64>, Vec<AdmissionResult>), crate::Error> {
     let a = l
         .cfg
@@ -1343,9 +1346,11 @@ pub fn calibrate(
     cands.sort_by(|x, y| y.total_cmp(x));
     let mut results = Vec::new();
     let mut best = None;
+    progress.start(cands.len() as u64, "R_th candidates");
     for r_th in cands {
         let r = run_admission(l, pace, r_th, max_load * a.overload)?;
-        log(&format!(
+        progress.advance(results.len() as u64 + 1, &format!("R_th {r_th}"));
+        progress.line(&format!(
             "  R_th {:.4}: offered {:.3}, accepted {:.3} ({:.1}% rejected), {}",
             r_th,
             r.offered_load,
@@ -1354,10 +1359,10 @@ pub fn calibrate(
             r.classes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
         ));
         if let Some((k, g)) = &r.worst_group {
-            log(&format!("    worst group: {g} at fan-out {k}"));
+            progress.line(&format!("    worst group: {g} at fan-out {k}"));
         }
         if let Some(sim) = &r.simulated {
-            log(&format!(
+            progress.line(&format!(
                 "    simulated (ratio{}): accepted {:.3} ({:.1}% rejected), {}{}",
                 if a.reject_late { " + reject_late" } else { "" },
                 sim.accepted_load,

@@ -155,13 +155,23 @@ fn a_task_server_serves_the_earliest_deadline_first() {
 
 /// A TF-EDFQ handler over `list` for the admission tests: SLO 60 ms, unloaded tail 20 ms,
 /// R_th 0.2 over a 1 s window, plus `extra` arguments.
-/// A misspelt flag stops the process with its name, instead of running without the setting.
+/// A misspelt flag or a bad value stops the process with the flag's name, instead of running
+/// without the setting.
 #[test]
-fn an_unknown_or_valueless_flag_is_an_error_naming_it() {
+fn an_unknown_valueless_or_invalid_flag_is_an_error_naming_it() {
     for (args, want) in [
-        (&["handler", "--servers", "127.0.0.1:1", "--reject-lat", "true"][..], "unknown flag --reject-lat"),
-        (&["servers", "--count"][..], "--count needs a value"),
-        (&["servers", "count", "2"][..], "`count`: expected a flag"),
+        (&["handler", "--servers", "127.0.0.1:1", "--reject-lat", "true"][..], "'--reject-lat'"),
+        (&["servers", "--count"][..], "'--count <COUNT>'"),
+        (&["servers", "count", "2"][..], "'count'"),
+        (&["servers", "--count", "two"][..], "invalid value 'two' for '--count <COUNT>'"),
+        (&["servers", "--policy", "lifo"][..], "invalid value 'lifo' for '--policy <POLICY>'"),
+        (&["handler", "--servers", "localhost"][..], "invalid value 'localhost' for '--servers <SERVERS>'"),
+        (&["handler", "--servers", "127.0.0.1:1", "--scheme", "edf"][..], "for '--scheme <SCHEME>'"),
+        (
+            &["handler", "--servers", "127.0.0.1:1", "--reject-late", "yes"][..],
+            "invalid value 'yes' for '--reject-late",
+        ),
+        (&["probe", "x.toml", "tf-edfq", "high"][..], "invalid value 'high' for '<LOAD>'"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_tailor-fanout")).args(args).output().expect("run tailor-fanout");
         let err = String::from_utf8_lossy(&out.stderr);

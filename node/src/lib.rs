@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod attribution;
 mod cgfs;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod idle;

@@ -2,10 +2,12 @@
 //! safe-mode switch (`tailor node safe-mode`).
 
 use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use crate::agent::Agent;
@@ -15,32 +17,21 @@ use crate::error::NodeError;
 use crate::journal::{self, Journal};
 use crate::metrics::NodeMetrics;
 use crate::probe::Capabilities;
-use std::net::SocketAddr;
-use std::sync::Arc;
 use tailor_runtime::kernel::AgentStats;
 use tailor_telemetry::prometheus_client::registry::Registry;
 use tailor_telemetry::{AdminHandle, AdminServer, Readiness};
 
-static STOP: AtomicBool = AtomicBool::new(false);
+static STOP: LazyLock<Arc<AtomicBool>> = LazyLock::new(|| Arc::new(AtomicBool::new(false)));
 /// SIGHUP: reload the config (the agent) or pass the signal on to the agent (the supervisor).
-static RELOAD: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-extern "C" fn on_hangup(_: libc::c_int) {
-    RELOAD.store(true, Ordering::SeqCst);
-}
+static RELOAD: LazyLock<Arc<AtomicBool>> = LazyLock::new(|| Arc::new(AtomicBool::new(false)));
 
 fn install_signal_handlers() {
-    // SAFETY: the handlers only store to atomics, which is async-signal-safe. SIGHUP's default
-    // action would end the process without restoring anything.
-    unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGHUP, on_hangup as *const () as libc::sighandler_t);
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        // Registering can only fail for signals that must not be caught (SIGKILL, SIGSTOP).
+        signal_hook::flag::register(sig, STOP.clone()).expect("SIGTERM/SIGINT can be caught");
     }
+    // SIGHUP's default action would end the process without restoring anything.
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, RELOAD.clone()).expect("SIGHUP can be caught");
 }
 
 /// The agent's config and everything built from it, swapped whole on a reload.

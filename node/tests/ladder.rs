@@ -16,7 +16,7 @@ fn quick_ladder_structure_and_enforcing_beats_stock_at_8_spinners() {
     opts.reps = 2;
     opts.window_s = 0.75;
     opts.helper = Some(AgentCommand { program: env!("CARGO_BIN_EXE_tailor-node").into(), prefix: Vec::new() });
-    let report = ladder::run(&opts, |l| eprintln!("{l}")).unwrap();
+    let report = ladder::run(&opts, &|l: &str| eprintln!("{l}")).unwrap();
     assert_eq!(report.windows.len(), 2 * 2 * 2);
     for w in &report.windows {
         assert!(w.latency.measured > 0, "{w:?}");

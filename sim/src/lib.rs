@@ -10,9 +10,11 @@
 pub mod engine;
 pub mod metrics;
 pub mod model;
+pub mod plot;
 pub mod report;
 pub mod reproduce;
 pub mod scenario;
 pub mod sweep;
 pub mod theory;
 pub mod timers;
+pub mod trace;

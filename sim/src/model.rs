@@ -654,29 +654,8 @@ fn topological_order(stages: &[StageModel]) -> Vec<usize> {
 
 /// Reads a trace CSV with an `arrival_ms` column of ascending times; returns the gaps.
 fn read_trace(path: &PathBuf) -> Result<Vec<Nanos>, ModelError> {
-    let text = std::fs::read_to_string(path).map_err(|e| model_err(path, format!("cannot read trace: {e}")))?;
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
-    let (_, header) =
-        lines.next().ok_or_else(|| model_err(path, "empty trace; expected a header with `arrival_ms`"))?;
-    let col = header
-        .split(',')
-        .position(|h| h.trim() == "arrival_ms")
-        .ok_or_else(|| model_err(path, format!("line 1: no `arrival_ms` column in header {header:?}")))?;
-    let mut times = Vec::new();
-    for (i, line) in lines {
-        let field = line.split(',').nth(col).map(str::trim).unwrap_or("");
-        let v: f64 = field
-            .parse()
-            .map_err(|_| model_err(path, format!("line {}: `arrival_ms` = {field:?} is not a number", i + 1)))?;
-        if !v.is_finite() || v < 0.0 {
-            return Err(model_err(path, format!("line {}: `arrival_ms` = {v} must be ≥ 0", i + 1)));
-        }
-        let t = from_millis_f64(v);
-        if times.last().is_some_and(|&last| t < last) {
-            return Err(model_err(path, format!("line {}: arrival_ms = {v} goes back in time; sort the trace", i + 1)));
-        }
-        times.push(t);
-    }
+    let ms = crate::trace::read_arrival_ms(path).map_err(|e| model_err(path, e.to_string()))?;
+    let times: Vec<Nanos> = ms.into_iter().map(from_millis_f64).collect();
     if times.len() < 2 {
         return Err(model_err(path, "a trace needs at least two arrivals"));
     }

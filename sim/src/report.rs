@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+pub use crate::plot::{line_plot, Line, Series};
 use crate::sweep::{RunOutput, SearchResult};
 
 /// A text table with right-aligned columns.
@@ -193,154 +194,6 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-/// A line series for [`line_plot`].
-pub struct Series {
-    pub label: String,
-    pub points: Vec<(f64, f64)>,
-}
-
-const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
-
-/// A self-contained SVG line plot; log-scale y when the values span more than 20×.
-pub fn line_plot(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
-    let (w, h, ml, mr, mt, mb) = (720.0, 440.0, 70.0, 190.0, 40.0, 50.0);
-    let pts = series.iter().flat_map(|s| s.points.iter()).filter(|p| p.0.is_finite() && p.1.is_finite() && p.1 > 0.0);
-    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-    for &(x, y) in pts {
-        x0 = x0.min(x);
-        x1 = x1.max(x);
-        y0 = y0.min(y);
-        y1 = y1.max(y);
-    }
-    if x0 > x1 {
-        (x0, x1, y0, y1) = (0.0, 1.0, 1.0, 10.0);
-    }
-    if x1 == x0 {
-        x1 = x0 + 1.0;
-    }
-    let log = y1 / y0 > 20.0;
-    let (ty0, ty1) = if log {
-        (y0.log10().floor(), y1.log10().ceil())
-    } else {
-        (0.0, nice_ticks(0.0, y1 * 1.05).last().copied().unwrap_or(y1).max(y1 * 1.05))
-    };
-    let ty = |y: f64| if log { y.log10() } else { y };
-    let px = |x: f64| ml + (x - x0) / (x1 - x0) * (w - ml - mr);
-    let py = |y: f64| mt + (1.0 - (ty(y) - ty0) / (ty1 - ty0).max(1e-12)) * (h - mt - mb);
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>
-"#,
-        (ml + w - mr) / 2.0,
-        xml(title)
-    );
-    // Axes and ticks.
-    let _ = writeln!(s, r#"<line x1="{ml}" y1="{}" x2="{}" y2="{}" stroke="black"/>"#, h - mb, w - mr, h - mb);
-    let _ = writeln!(s, r#"<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{}" stroke="black"/>"#, h - mb);
-    for x in nice_ticks(x0, x1) {
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" text-anchor="middle">{}</text><line x1="{0}" y1="{}" x2="{0}" y2="{}" stroke="black"/>"#,
-            px(x),
-            h - mb + 16.0,
-            trim_num(x),
-            h - mb,
-            h - mb + 4.0
-        );
-    }
-    let yticks: Vec<f64> =
-        if log { (ty0 as i32..=ty1 as i32).map(|e| 10f64.powi(e)).collect() } else { nice_ticks(0.0, ty1) };
-    for y in yticks {
-        let yy = if log { py(y) } else { mt + (1.0 - y / ty1) * (h - mt - mb) };
-        let _ = writeln!(
-            s,
-            r##"<text x="{}" y="{}" text-anchor="end">{}</text><line x1="{ml}" y1="{yy}" x2="{}" y2="{yy}" stroke="#ddd"/>"##,
-            ml - 6.0,
-            yy + 4.0,
-            trim_num(y),
-            w - mr
-        );
-    }
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-        (ml + w - mr) / 2.0,
-        h - 10.0,
-        xml(x_label)
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="16" y="{}" text-anchor="middle" transform="rotate(-90 16 {0})">{}{}</text>"#,
-        (mt + h - mb) / 2.0,
-        xml(y_label),
-        if log { " (log)" } else { "" }
-    );
-    for (i, se) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let path: Vec<String> = se
-            .points
-            .iter()
-            .filter(|p| p.1 > 0.0 && p.1.is_finite())
-            .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
-            .collect();
-        let _ = writeln!(s, r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#, path.join(" "));
-        for p in &path {
-            let (cx, cy) = p.split_once(',').unwrap();
-            let _ = writeln!(s, r#"<circle cx="{cx}" cy="{cy}" r="3" fill="{color}"/>"#);
-        }
-        let ly = mt + 10.0 + 20.0 * i as f64;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
-            w - mr + 10.0,
-            w - mr + 30.0,
-            w - mr + 36.0,
-            ly + 4.0,
-            xml(&se.label)
-        );
-    }
-    s.push_str("</svg>\n");
-    s
-}
-
-/// Round-numbered ticks (1, 2, 2.5 or 5 × 10^k apart) covering [lo, hi], about five of them.
-fn nice_ticks(lo: f64, hi: f64) -> Vec<f64> {
-    let raw = (hi - lo) / 5.0;
-    if !(raw.is_finite() && raw > 0.0) {
-        return vec![lo];
-    }
-    let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * mag).find(|&s| s >= raw).unwrap_or(10.0 * mag);
-    let first = (lo / step).ceil() * step;
-    (0..).map(|i| first + i as f64 * step).take_while(|&t| t <= hi + step * 1e-9).collect()
-}
-
-fn trim_num(x: f64) -> String {
-    // Log axes go down to 1e-4 and below (latency CCDFs): "0" would hide them.
-    if x != 0.0 && x.abs() < 0.001 {
-        return format!("{x:e}");
-    }
-    let s = if x.abs() >= 100.0 {
-        format!("{x:.0}")
-    } else if x.abs() >= 1.0 {
-        format!("{x:.2}")
-    } else {
-        format!("{x:.3}")
-    };
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    }
-}
-
-fn xml(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
-
 /// p99 vs load (utilization, or rps when `by_rps`) per policy, from a sweep.
 pub fn sweep_plot(title: &str, runs: &[RunOutput], by_rps: bool) -> String {
     let mut series: Vec<Series> = Vec::new();
@@ -348,7 +201,7 @@ pub fn sweep_plot(title: &str, runs: &[RunOutput], by_rps: bool) -> String {
         let x = if by_rps { r.offered_rps } else { r.utilization };
         match series.iter_mut().find(|s| s.label == r.policy) {
             Some(s) => s.points.push((x, r.summary.latency_ms.p99)),
-            None => series.push(Series { label: r.policy.clone(), points: vec![(x, r.summary.latency_ms.p99)] }),
+            None => series.push(Series::new(r.policy.clone(), vec![(x, r.summary.latency_ms.p99)])),
         }
     }
     line_plot(

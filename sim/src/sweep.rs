@@ -7,12 +7,13 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use serde::Serialize;
-use tailor_core::PolicySpec;
+use tailor_core::progress::Silent;
+use tailor_core::{PolicySpec, Progress};
 
 use crate::engine;
 use crate::metrics::Summary;
 use crate::model::{LoadOverride, Model, ModelError, Overrides};
-use crate::scenario::LoadedScenario;
+use crate::scenario::{LoadedScenario, SearchSpec};
 
 /// One simulation run and what it measured.
 #[derive(Clone, Debug, Serialize)]
@@ -102,6 +103,16 @@ pub fn default_threads() -> usize {
 
 /// Every (policy, load) point of the scenario's `[sweep]`.
 pub fn sweep(loaded: &LoadedScenario, base: &Overrides, threads: usize) -> Result<Vec<RunOutput>, ModelError> {
+    sweep_with_progress(loaded, base, threads, &Silent)
+}
+
+/// [`sweep`], reporting one step per finished point to `progress`.
+pub fn sweep_with_progress(
+    loaded: &LoadedScenario,
+    base: &Overrides,
+    threads: usize,
+    progress: &dyn Progress,
+) -> Result<Vec<RunOutput>, ModelError> {
     let sw = loaded.scenario.sweep.clone().expect("sweep() needs a [sweep] table");
     let policies: Vec<Option<PolicySpec>> =
         if sw.policies.is_empty() { vec![None] } else { sw.policies.iter().cloned().map(Some).collect() };
@@ -120,7 +131,14 @@ pub fn sweep(loaded: &LoadedScenario, base: &Overrides, threads: usize) -> Resul
     }
     // Build every model first so a bad file fails before hours of simulation.
     let models: Vec<Model> = jobs.iter().map(|ov| Model::build(loaded, ov)).collect::<Result<_, _>>()?;
-    Ok(parallel_map(&models, threads, run_model))
+    progress.start(models.len() as u64, "points");
+    let done = AtomicUsize::new(0);
+    Ok(parallel_map(&models, threads, |m| {
+        let r = run_model(m);
+        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+        progress.advance(n as u64, &format!("{} at {:.3}", r.policy, r.utilization));
+        r
+    }))
 }
 
 /// The outcome of the max-load-under-SLO search for one policy.
@@ -141,6 +159,16 @@ pub struct SearchResult {
 /// "maximum load that meets the tail-latency SLOs"). Every probe is a full run
 /// with the same seed (common random numbers across loads and policies).
 pub fn max_load(loaded: &LoadedScenario, base: &Overrides, threads: usize) -> Result<Vec<SearchResult>, ModelError> {
+    max_load_with_progress(loaded, base, threads, &Silent)
+}
+
+/// [`max_load`], reporting one step per policy searched to `progress`.
+pub fn max_load_with_progress(
+    loaded: &LoadedScenario,
+    base: &Overrides,
+    threads: usize,
+    progress: &dyn Progress,
+) -> Result<Vec<SearchResult>, ModelError> {
     let search = loaded.scenario.search.clone().expect("max_load() needs a [search] table");
     let policies: Vec<Option<PolicySpec>> =
         if search.policies.is_empty() { vec![None] } else { search.policies.iter().cloned().map(Some).collect() };
@@ -155,48 +183,58 @@ pub fn max_load(loaded: &LoadedScenario, base: &Overrides, threads: usize) -> Re
             },
         )?;
     }
+    progress.start(policies.len() as u64, "policies");
+    let done = AtomicUsize::new(0);
     let results = parallel_map(&policies, threads, |p| {
-        let probe = |u: f64| -> RunOutput {
-            let ov = Overrides {
-                load: Some(LoadOverride::Utilization(u)),
-                policy: p.clone().or(base.policy.clone()),
-                ..base.clone()
-            };
-            run_one(loaded, &ov).expect("model validated above")
-        };
-        let met = |r: &RunOutput| r.summary.slo_met.unwrap_or(false);
-        let mut probes = Vec::new();
-        let (mut lo, mut hi) = (search.min_utilization, search.max_utilization);
-        let first = probe(lo);
-        probes.push((lo, met(&first)));
-        let label = first.policy.clone();
-        if !met(&first) {
-            return SearchResult { policy: label, max_utilization: 0.0, max_rps: 0.0, at_max: None, probes };
-        }
-        let mut best = first;
-        let top = probe(hi);
-        probes.push((hi, met(&top)));
-        if met(&top) {
-            return SearchResult {
-                policy: label,
-                max_utilization: hi,
-                max_rps: top.offered_rps,
-                at_max: Some(top),
-                probes,
-            };
-        }
-        while hi - lo > search.tolerance {
-            let mid = 0.5 * (lo + hi);
-            let r = probe(mid);
-            probes.push((mid, met(&r)));
-            if met(&r) {
-                lo = mid;
-                best = r;
-            } else {
-                hi = mid;
-            }
-        }
-        SearchResult { policy: label, max_utilization: lo, max_rps: best.offered_rps, at_max: Some(best), probes }
+        let result = search_one(loaded, base, &search, p);
+        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+        progress.advance(n as u64, &result.policy);
+        result
     });
     Ok(results)
+}
+
+/// Bisection for one policy: [`max_load`]'s per-policy job.
+fn search_one(loaded: &LoadedScenario, base: &Overrides, search: &SearchSpec, p: &Option<PolicySpec>) -> SearchResult {
+    let probe = |u: f64| -> RunOutput {
+        let ov = Overrides {
+            load: Some(LoadOverride::Utilization(u)),
+            policy: p.clone().or(base.policy.clone()),
+            ..base.clone()
+        };
+        run_one(loaded, &ov).expect("model validated above")
+    };
+    let met = |r: &RunOutput| r.summary.slo_met.unwrap_or(false);
+    let mut probes = Vec::new();
+    let (mut lo, mut hi) = (search.min_utilization, search.max_utilization);
+    let first = probe(lo);
+    probes.push((lo, met(&first)));
+    let label = first.policy.clone();
+    if !met(&first) {
+        return SearchResult { policy: label, max_utilization: 0.0, max_rps: 0.0, at_max: None, probes };
+    }
+    let mut best = first;
+    let top = probe(hi);
+    probes.push((hi, met(&top)));
+    if met(&top) {
+        return SearchResult {
+            policy: label,
+            max_utilization: hi,
+            max_rps: top.offered_rps,
+            at_max: Some(top),
+            probes,
+        };
+    }
+    while hi - lo > search.tolerance {
+        let mid = 0.5 * (lo + hi);
+        let r = probe(mid);
+        probes.push((mid, met(&r)));
+        if met(&r) {
+            lo = mid;
+            best = r;
+        } else {
+            hi = mid;
+        }
+    }
+    SearchResult { policy: label, max_utilization: lo, max_rps: best.offered_rps, at_max: Some(best), probes }
 }

@@ -40,7 +40,8 @@ fn quick_reproduction_holds_every_ci_claim() {
         seed: None,
         only: if long() { Vec::new() } else { ci_figures.clone() },
     };
-    let r = reproduce::run(&manifest_path(), &options, &|_, _, _, _| {}).unwrap_or_else(|e| panic!("{e}"));
+    let r =
+        reproduce::run(&manifest_path(), &options, &tailor_core::progress::Silent).unwrap_or_else(|e| panic!("{e}"));
 
     let claims = r.claims();
     let ci: Vec<_> = claims.iter().filter(|(_, c)| c.ci).collect();

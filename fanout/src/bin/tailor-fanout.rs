@@ -15,12 +15,13 @@
 //! also answers `GET /metrics`, `/healthz` and `/readyz` (docs/observability.md);
 //! `--log-level LEVEL` / `--log-format text|json` (or RUST_LOG) set the logs on stderr.
 
-use std::collections::HashMap;
 use std::io::BufRead;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use tailor_core::dist::Dist;
 use tailor_core::dist::Scaled;
@@ -28,57 +29,170 @@ use tailor_core::policy::PolicySpec;
 use tailor_core::tailguard::SloClass;
 use tailor_core::time::from_millis_f64;
 use tailor_fanout::handler::{AdmissionConfig, HandlerConfig, Queuing, Scheme};
-use tailor_fanout::{demo, flags};
+use tailor_fanout::demo;
 use tailor_fanout::{service, Handler, PreciseTimer, TaskServer, TaskServerConfig};
 use tailor_telemetry::LogFormat;
 
+/// TailGuard's fan-out services as separate processes, and probes of one configuration.
+#[derive(Parser)]
+#[command(name = "tailor-fanout", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    #[command(flatten)]
+    log: tailor_telemetry::LogArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Task servers on loopback: print `listening ADDR` per server, then `ready`; serve until stdin closes.
+    Servers(ServersArgs),
+    /// A query handler in front of task servers: prints `listening ADDR`, `ready`; serves until stdin closes.
+    Handler(HandlerArgs),
+    /// One judged real probe of a configuration at one load: per-group bounds and the slowest queries traced.
+    Probe {
+        /// Fan-out configuration (TOML).
+        config: PathBuf,
+        /// tf-edfq, t-edfq, priq or fifo.
+        #[arg(value_parser = parse_scheme)]
+        scheme: Scheme,
+        /// Load (utilization of the servers).
+        load: f64,
+    },
+    /// The simulated side alone: the scheme's max load under SLO, optionally with a per-task overhead.
+    Sim {
+        /// Fan-out configuration (TOML).
+        config: PathBuf,
+        /// tf-edfq, t-edfq, priq or fifo.
+        #[arg(value_parser = parse_scheme)]
+        scheme: Scheme,
+        /// Mean per-task overhead, µs (fixed, or lognormal with OVERHEAD_P99_US).
+        overhead_us: Option<f64>,
+        /// p99 of the per-task overhead, µs.
+        overhead_p99_us: Option<f64>,
+    },
+    /// Sequential queries (fan-outs e.g. `1,10,32`) at one load: the proportional budget split against the equal one.
+    Sequential {
+        /// Fan-out configuration (TOML).
+        config: PathBuf,
+        /// Fan-outs of the sequential steps, comma-separated.
+        #[arg(value_delimiter = ',', required = true)]
+        fanouts: Vec<u32>,
+        /// Load (utilization of the servers).
+        load: f64,
+    },
+}
+
+/// Queue order at the task servers.
+#[derive(Clone, Copy, ValueEnum)]
+enum ServerPolicy {
+    Edf,
+    Fifo,
+    Priq,
+}
+
+/// Where tasks wait.
+#[derive(Clone, Copy, ValueEnum)]
+enum QueuingArg {
+    AtServers,
+    Central,
+}
+
+#[derive(Args)]
+struct ServersArgs {
+    /// Task servers to start.
+    #[arg(long, default_value_t = 1)]
+    count: usize,
+    /// Queue order.
+    #[arg(long, value_enum, default_value_t = ServerPolicy::Edf)]
+    policy: ServerPolicy,
+    /// Fixed service time per task, ms.
+    #[arg(long, default_value_t = 10.0)]
+    service_fixed_ms: f64,
+    /// Tasks a server queues before it refuses more.
+    #[arg(long, default_value_t = 10_000)]
+    max_queue: usize,
+}
+
+#[derive(Args)]
+struct HandlerArgs {
+    /// Task servers, comma-separated host:port.
+    #[arg(long, value_delimiter = ',', required = true)]
+    servers: Vec<SocketAddr>,
+    /// tf-edfq, t-edfq, priq or fifo.
+    #[arg(long, value_parser = parse_scheme, default_value = "tf-edfq")]
+    scheme: Scheme,
+    /// Where tasks wait: at the servers, or in one central queue at the handler.
+    #[arg(long, value_enum, default_value_t = QueuingArg::AtServers)]
+    queuing: QueuingArg,
+    /// Class 0's SLO (p99), ms; class 1 gets 1.5×.
+    #[arg(long, default_value_t = 100.0)]
+    slo_ms: f64,
+    /// The servers' latency before any is measured: fixed, ms.
+    #[arg(long, default_value_t = 10.0)]
+    offline_fixed_ms: f64,
+    /// Samples per server before the online distribution replaces the offline one
+    /// [default: enough for the tail a query on every server needs].
+    #[arg(long)]
+    min_samples: Option<f64>,
+    /// Admission control: the deadline-miss ratio above which queries are rejected (enables admission).
+    #[arg(long)]
+    r_th: Option<f64>,
+    /// Admission: the time window of the miss ratio, ms.
+    #[arg(long, default_value_t = 1000.0, requires = "r_th")]
+    window_ms: f64,
+    /// Admission: at most this many tasks in the window.
+    #[arg(long, default_value_t = 100_000, requires = "r_th")]
+    window_tasks: u64,
+    /// Admission: count predicted misses too.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, requires = "r_th")]
+    predict_misses: bool,
+    /// Admission: admit a share of queries proportional to the headroom.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, requires = "r_th")]
+    proportional: bool,
+    /// Admission: one miss ratio per server.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, requires = "r_th")]
+    per_server_admission: bool,
+    /// Admission: reject a query at once when one of its tasks would wait past its deadline.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, requires = "r_th")]
+    reject_late: bool,
+    /// A query whose tasks are not all back within this many times its SLO ends with 504,
+    /// naming the servers that did not answer.
+    #[arg(long, default_value_t = 20.0, value_parser = parse_positive)]
+    query_timeout_slos: f64,
+}
+
+fn parse_scheme(s: &str) -> Result<Scheme, String> {
+    Scheme::parse(s)
+}
+
+fn parse_positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number")),
+    }
+}
+
 fn main() {
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let cli = Cli::parse();
     // The two services log JSON lines by default; every command takes --log-level/--log-format.
-    let daemon = matches!(args.first().map(String::as_str), Some("servers" | "handler"));
-    let format = if daemon { LogFormat::Json } else { LogFormat::Text };
-    if let Err(e) = tailor_telemetry::take_log_flags(&mut args, format) {
+    let daemon = matches!(cli.command, Command::Servers(_) | Command::Handler(_));
+    if let Err(e) = cli.log.init(if daemon { LogFormat::Json } else { LogFormat::Text }) {
         eprintln!("tailor-fanout: {e}");
         std::process::exit(2);
     }
-    let result = match args.first().map(String::as_str) {
-        Some("servers") => flags(&args[1..], SERVER_FLAGS).and_then(|f| servers(&f)),
-        Some("handler") => flags(&args[1..], HANDLER_FLAGS).and_then(|f| handler(&f)),
-        Some("probe") if args.len() == 4 => probe(&args[1], &args[2], &args[3]),
-        Some("sim") if (3..=5).contains(&args.len()) => {
-            sim(&args[1], &args[2], args.get(3).map(String::as_str), args.get(4).map(String::as_str))
+    let result = match cli.command {
+        Command::Servers(a) => servers(&a),
+        Command::Handler(a) => handler(&a),
+        Command::Probe { config, scheme, load } => probe(&config, scheme, load),
+        Command::Sim { config, scheme, overhead_us, overhead_p99_us } => {
+            sim(&config, scheme, overhead_us, overhead_p99_us)
         }
-        Some("sequential") if args.len() == 4 => sequential(&args[1], &args[2], &args[3]),
-        _ => Err("usage: tailor-fanout servers|handler [--flag value ...] | probe CONFIG SCHEME LOAD | sim CONFIG SCHEME [OVERHEAD_US [OVERHEAD_P99_US]] | sequential CONFIG FANOUTS LOAD".into()),
+        Command::Sequential { config, fanouts, load } => sequential(&config, fanouts, load),
     };
     if let Err(e) = result {
         eprintln!("tailor-fanout: {e}");
         std::process::exit(2);
-    }
-}
-
-const SERVER_FLAGS: &[&str] = &["count", "policy", "service-fixed-ms", "max-queue"];
-const HANDLER_FLAGS: &[&str] = &[
-    "servers",
-    "scheme",
-    "queuing",
-    "slo-ms",
-    "offline-fixed-ms",
-    "min-samples",
-    "r-th",
-    "window-ms",
-    "window-tasks",
-    "predict-misses",
-    "proportional",
-    "per-server-admission",
-    "reject-late",
-    "query-timeout-slos",
-];
-
-fn get<T: std::str::FromStr>(f: &HashMap<String, String>, name: &str, default: Option<T>) -> Result<T, String> {
-    match f.get(name) {
-        Some(v) => v.parse().map_err(|_| format!("--{name} {v}: not a valid value")),
-        None => default.ok_or_else(|| format!("--{name} is required")),
     }
 }
 
@@ -103,16 +217,13 @@ fn wait_for_stdin_close() {
     }
 }
 
-fn servers(f: &HashMap<String, String>) -> Result<(), String> {
-    let count: usize = get(f, "count", Some(1))?;
-    let policy = match get::<String>(f, "policy", Some("edf".into()))?.as_str() {
-        "edf" => PolicySpec::Edf,
-        "fifo" => PolicySpec::Fifo,
-        "priq" => PolicySpec::Priq,
-        other => return Err(format!("--policy {other}: expected edf, fifo or priq")),
+fn servers(a: &ServersArgs) -> Result<(), String> {
+    let (count, fixed_ms, max_queue) = (a.count, a.service_fixed_ms, a.max_queue);
+    let policy = match a.policy {
+        ServerPolicy::Edf => PolicySpec::Edf,
+        ServerPolicy::Fifo => PolicySpec::Fifo,
+        ServerPolicy::Priq => PolicySpec::Priq,
     };
-    let fixed_ms: f64 = get(f, "service-fixed-ms", Some(10.0))?;
-    let max_queue: usize = get(f, "max-queue", Some(10_000))?;
     let rt = runtime()?;
     rt.block_on(async {
         let timer = Arc::new(PreciseTimer::start().map_err(|e| e.to_string())?);
@@ -137,37 +248,29 @@ fn servers(f: &HashMap<String, String>) -> Result<(), String> {
     })
 }
 
-fn handler(f: &HashMap<String, String>) -> Result<(), String> {
-    let servers: Vec<SocketAddr> = get::<String>(f, "servers", None)?
-        .split(',')
-        .map(|s| s.parse().map_err(|_| format!("--servers: {s} is not host:port")))
-        .collect::<Result<_, _>>()?;
-    let scheme = Scheme::parse(&get::<String>(f, "scheme", Some("tf-edfq".into()))?)?;
-    let queuing = match get::<String>(f, "queuing", Some("at-servers".into()))?.as_str() {
-        "at-servers" => Queuing::AtServers,
-        "central" => Queuing::Central,
-        other => return Err(format!("--queuing {other}: expected at-servers or central")),
+fn handler(a: &HandlerArgs) -> Result<(), String> {
+    let servers = a.servers.clone();
+    let scheme = a.scheme;
+    let queuing = match a.queuing {
+        QueuingArg::AtServers => Queuing::AtServers,
+        QueuingArg::Central => Queuing::Central,
     };
-    let slo_ms: f64 = get(f, "slo-ms", Some(100.0))?;
-    let offline_ms: f64 = get(f, "offline-fixed-ms", Some(10.0))?;
-    let admission = match f.get("r-th") {
-        Some(_) => Some(AdmissionConfig {
-            r_th: get(f, "r-th", None)?,
-            window: Duration::from_secs_f64(get::<f64>(f, "window-ms", Some(1000.0))? / 1e3),
-            window_tasks: get(f, "window-tasks", Some(100_000))?,
-            predict: get(f, "predict-misses", Some(false))?,
-            proportional: get(f, "proportional", Some(false))?,
-            per_server: get(f, "per-server-admission", Some(false))?,
-            reject_late: get(f, "reject-late", Some(false))?,
-        }),
-        None => None,
-    };
+    let (slo_ms, offline_ms) = (a.slo_ms, a.offline_fixed_ms);
+    let admission = a.r_th.map(|r_th| AdmissionConfig {
+        r_th,
+        window: Duration::from_secs_f64(a.window_ms / 1e3),
+        window_tasks: a.window_tasks,
+        predict: a.predict_misses,
+        proportional: a.proportional,
+        per_server: a.per_server_admission,
+        reject_late: a.reject_late,
+    });
     let classes = vec![
         SloClass { p: 0.99, slo_ns: from_millis_f64(slo_ms) },
         SloClass { p: 0.99, slo_ns: from_millis_f64(slo_ms * 1.5) },
     ];
     // Default: enough samples for the tail a query on every server needs.
-    let min_samples = get(f, "min-samples", Some(Handler::tail_samples(&classes, servers.len() as u32)))?;
+    let min_samples = a.min_samples.unwrap_or_else(|| Handler::tail_samples(&classes, servers.len() as u32));
     let cfg = HandlerConfig {
         scheme,
         queuing,
@@ -181,7 +284,7 @@ fn handler(f: &HashMap<String, String>) -> Result<(), String> {
         refresh: Duration::from_millis(250),
         min_samples,
         seed: 1,
-        query_timeout_slos: Some(get(f, "query-timeout-slos", Some(20.0))?),
+        query_timeout_slos: Some(a.query_timeout_slos),
     };
     let rt = runtime()?;
     rt.block_on(async {
@@ -196,10 +299,8 @@ fn handler(f: &HashMap<String, String>) -> Result<(), String> {
     })
 }
 
-fn probe(config: &str, scheme: &str, load: &str) -> Result<(), String> {
-    let l = demo::Loaded::load(Path::new(config)).map_err(|e| e.to_string())?;
-    let scheme = Scheme::parse(scheme)?;
-    let load: f64 = load.parse().map_err(|_| format!("load {load}: not a number"))?;
+fn probe(config: &Path, scheme: Scheme, load: f64) -> Result<(), String> {
+    let l = demo::Loaded::load(config).map_err(|e| e.to_string())?;
     let pace = demo::Pace::of(&l, false);
     let p = demo::run_judged(&l, scheme, load, pace.judging()).map_err(|e| e.to_string())?;
     let classes = l.slo_classes();
@@ -268,17 +369,8 @@ fn probe(config: &str, scheme: &str, load: &str) -> Result<(), String> {
 
 /// `sim CONFIG SCHEME [OVERHEAD_US [OVERHEAD_P99_US]]`: the simulated side alone, optionally with a
 /// per-task overhead (mean; with a p99, lognormal per hop as the demo's [`demo::HopDelay`], else fixed).
-fn sim(config: &str, scheme: &str, extra: Option<&str>, p99: Option<&str>) -> Result<(), String> {
-    let l = demo::Loaded::load(Path::new(config)).map_err(|e| e.to_string())?;
-    let scheme = Scheme::parse(scheme)?;
-    let overhead_us: Option<f64> = match extra {
-        Some(v) => Some(v.parse().map_err(|_| format!("overhead {v}: not a number of µs"))?),
-        None => None,
-    };
-    let extra_p99: Option<f64> = match p99 {
-        Some(v) => Some(v.parse().map_err(|_| format!("overhead p99 {v}: not a number of µs"))?),
-        None => None,
-    };
+fn sim(config: &Path, scheme: Scheme, overhead_us: Option<f64>, extra_p99: Option<f64>) -> Result<(), String> {
+    let l = demo::Loaded::load(config).map_err(|e| e.to_string())?;
     let delay = match (overhead_us, extra_p99) {
         (Some(m), Some(p99)) => {
             // A lognormal per hop with half the given mean and p99 (Φ⁻¹(0.99) = 2.326), as a table.
@@ -303,14 +395,9 @@ fn sim(config: &str, scheme: &str, extra: Option<&str>, p99: Option<&str>) -> Re
 
 /// Requests of sequential queries (fan-outs e.g. `1,10,32`) at one load: the
 /// proportional budget split against the equal one, side by side.
-fn sequential(config: &str, fanouts: &str, load: &str) -> Result<(), String> {
+fn sequential(config: &Path, ks: Vec<u32>, load: f64) -> Result<(), String> {
     use tailor_core::tailguard::BudgetSplit;
-    let l = demo::Loaded::load(Path::new(config)).map_err(|e| e.to_string())?;
-    let ks: Vec<u32> = fanouts
-        .split(',')
-        .map(|k| k.parse().map_err(|_| format!("fan-out {k}: not a number")))
-        .collect::<Result<_, _>>()?;
-    let load: f64 = load.parse().map_err(|_| format!("load {load}: not a number"))?;
+    let l = demo::Loaded::load(config).map_err(|e| e.to_string())?;
     let s = &l.cfg.search;
     for split in [BudgetSplit::Equal, BudgetSplit::Proportional] {
         let p = demo::run_real_with(

@@ -183,8 +183,8 @@ fn read_line(out: &mut BufReader<ChildStdout>, what: &str) -> Result<String, Str
     }
 }
 
-/// Runs the ladder. `progress` gets one line per window.
-pub fn run(opts: &LadderOptions, mut progress: impl FnMut(&str)) -> Result<LadderReport, String> {
+/// Runs the ladder. `progress` gets one step and one line per window.
+pub fn run(opts: &LadderOptions, progress: &dyn tailor_core::Progress) -> Result<LadderReport, String> {
     let begun = Instant::now();
     let helper = opts.helper.clone().ok_or("ladder: no helper command to start the probe processes")?;
     let caps = Capabilities::probe();
@@ -225,7 +225,7 @@ pub fn run(opts: &LadderOptions, mut progress: impl FnMut(&str)) -> Result<Ladde
                  outside the tiers",
                 opts.service_us
             );
-            progress(&description);
+            progress.line(&description);
             let args = vec![
                 "--protocol".to_string(),
                 "redis".into(),
@@ -240,6 +240,7 @@ pub fn run(opts: &LadderOptions, mut progress: impl FnMut(&str)) -> Result<Ladde
 
     let mut windows = Vec::new();
     let arms = ["stock", "enforcing"];
+    progress.start((opts.steps.len() * opts.reps * arms.len()) as u64, "windows");
     for &spinners in &opts.steps {
         let mut spinner_children = Children(Vec::new());
         for _ in 0..spinners {
@@ -260,7 +261,8 @@ pub fn run(opts: &LadderOptions, mut progress: impl FnMut(&str)) -> Result<Ladde
                 let result = measure_window(&helper, opts, port, &client_args, seed, &mut agent.0, &spinner_pids)?;
                 let (latency, be_pct, attribution) = result;
                 let tag_ok = attribution.protected == (arm == "enforcing");
-                progress(&format!(
+                progress.advance(windows.len() as u64 + 1, &format!("{arm} spinners={spinners} rep={rep}"));
+                progress.line(&format!(
                     "[{:.0} s] {arm:>9} spinners={spinners} rep={rep}: p50 {:.0} µs p99 {:.0} µs, best-effort CPU {be_pct:.0}%, {}{}",
                     begun.elapsed().as_secs_f64(),
                     latency.p50_us,
@@ -436,17 +438,24 @@ pub fn table(report: &LadderReport) -> String {
 
 /// SVG: p50 and p99 per arm against the number of spinners.
 pub fn plot(report: &LadderReport) -> String {
-    use tailor_sim::report::{line_plot, Series};
+    use tailor_sim::plot::{line_plot_styled, Line, Series};
     let mut series = Vec::new();
     for arm in ["stock", "enforcing"] {
-        for (q, f) in [("p99", (|s: &StepSummary| s.p99_us) as fn(&StepSummary) -> f64), ("p50", |s| s.p50_us)] {
-            series.push(Series {
-                label: format!("{arm} {q}"),
-                points: report.steps.iter().filter(|s| s.arm == arm).map(|s| (s.spinners as f64, f(s) / 1e3)).collect(),
-            });
+        for (style, f) in
+            [(Line::Solid, (|s: &StepSummary| s.p99_us) as fn(&StepSummary) -> f64), (Line::Dotted, |s| s.p50_us)]
+        {
+            let points =
+                report.steps.iter().filter(|s| s.arm == arm).map(|s| (s.spinners as f64, f(s) / 1e3)).collect();
+            series.push(Series::new(arm, points).styled(style));
         }
     }
-    line_plot("Probe latency vs co-located spinners", "best-effort spinners", "latency (ms)", &series)
+    line_plot_styled(
+        "Probe latency vs co-located spinners",
+        "best-effort spinners",
+        "latency (ms)",
+        &series,
+        &[(Line::Solid, "p99"), (Line::Dotted, "p50")],
+    )
 }
 
 /// Writes ladder.json, ladder.md and ladder.svg into `dir`.

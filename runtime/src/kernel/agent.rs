@@ -12,6 +12,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use tailor_core::policy::{Job, JobId};
@@ -722,21 +723,15 @@ impl<'t> Agent<'t> {
     }
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
+static STOP: LazyLock<Arc<AtomicBool>> = LazyLock::new(|| Arc::new(AtomicBool::new(false)));
 
-extern "C" fn on_stop_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
-}
-
-/// The flag `tailor agent` stops on: set by SIGINT, SIGTERM, SIGHUP, and by EOF on
+/// The flag `tailor scheduler` stops on: set by SIGINT, SIGTERM, SIGHUP, and by EOF on
 /// stdin when stdin is a pipe (a parent that closes the pipe asks the agent to restore
 /// and exit; a terminal or /dev/null never does). The agent notices within one heartbeat.
 pub fn stop_on_signals() -> &'static AtomicBool {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            libc::signal(sig, on_stop_signal as *const () as libc::sighandler_t);
-        }
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+        // Registering can only fail for signals that must not be caught (SIGKILL, SIGSTOP).
+        signal_hook::flag::register(sig, STOP.clone()).expect("SIGINT/SIGTERM/SIGHUP can be caught");
     }
     // SAFETY: fstat on fd 0 with a valid out-pointer.
     let stdin_is_pipe = unsafe {

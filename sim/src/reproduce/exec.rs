@@ -11,7 +11,7 @@ use std::time::Instant;
 use serde::Serialize;
 use tailor_core::dist::DistSpec;
 use tailor_core::time::{to_millis_f64, NANOS_PER_SEC};
-use tailor_core::{Nanos, PolicySpec};
+use tailor_core::{Nanos, PolicySpec, Progress};
 
 use super::manifest::{FigureKind, FigureSpec, LoadedManifest, SeriesSpec};
 use super::patch;
@@ -544,12 +544,9 @@ fn run_cost(m: &Model) -> f64 {
 }
 
 /// Runs every job on `threads` threads, longest first; `progress` sees each
-/// job as it finishes (done, total, label, seconds).
-pub(crate) fn execute(
-    jobs: &[Job],
-    threads: usize,
-    progress: &(dyn Fn(usize, usize, &str, f64) + Sync),
-) -> Result<Vec<Outcome>, String> {
+/// job as it finishes (its label and seconds).
+pub(crate) fn execute(jobs: &[Job], threads: usize, progress: &dyn Progress) -> Result<Vec<Outcome>, String> {
+    progress.start(jobs.len() as u64, "jobs");
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by(|&a, &b| jobs[b].cost.total_cmp(&jobs[a].cost));
     let done = AtomicUsize::new(0);
@@ -557,7 +554,7 @@ pub(crate) fn execute(
         let started = Instant::now();
         let r = run_job(&jobs[j]);
         let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-        progress(n, jobs.len(), &jobs[j].label, started.elapsed().as_secs_f64());
+        progress.advance(n as u64, &format!("{} ({:.1} s)", jobs[j].label, started.elapsed().as_secs_f64()));
         (j, r)
     });
     let mut out: Vec<Option<Outcome>> = (0..jobs.len()).map(|_| None).collect();

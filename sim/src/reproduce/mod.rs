@@ -20,6 +20,8 @@ pub mod render;
 use std::path::Path;
 use std::time::Instant;
 
+use tailor_core::Progress;
+
 pub use claims::ClaimResult;
 pub use exec::{FigurePlan, Options, Outcome};
 pub use manifest::{LoadedManifest, Manifest, ManifestError};
@@ -48,12 +50,8 @@ pub enum ReproduceError {
 }
 
 /// Loads the manifest, runs every selected figure and evaluates its claims.
-/// `progress(done, total, label, seconds)` sees each job as it finishes.
-pub fn run(
-    manifest_path: &Path,
-    options: &Options,
-    progress: &(dyn Fn(usize, usize, &str, f64) + Sync),
-) -> Result<Reproduction, ReproduceError> {
+/// `progress` sees each job as it finishes.
+pub fn run(manifest_path: &Path, options: &Options, progress: &dyn Progress) -> Result<Reproduction, ReproduceError> {
     let manifest = Manifest::load(manifest_path)?;
     let started = Instant::now();
     let plan = exec::plan(&manifest, options)

@@ -285,7 +285,7 @@ impl Reproduction {
                         if let (Some(l), true) = (pt.load, f.loads.len() > 1) {
                             label = format!("{label} @ {}", num(l));
                         }
-                        series.push(Series { label, points: x.ccdf.iter().map(|&(l, q)| (l * factor, q)).collect() });
+                        series.push(Series::new(label, x.ccdf.iter().map(|&(l, q)| (l * factor, q)).collect()));
                     }
                 }
             }
@@ -311,7 +311,7 @@ impl Reproduction {
             };
             match series.iter_mut().find(|s| s.label == label) {
                 Some(s) => s.points.push((x, y)),
-                None => series.push(Series { label, points: vec![(x, y)] }),
+                None => series.push(Series::new(label, vec![(x, y)])),
             }
         }
         for s in &mut series {
