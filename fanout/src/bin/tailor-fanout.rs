@@ -46,8 +46,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Task servers on loopback: print `listening ADDR` per server, then `ready`; serve until stdin closes.
+    #[command(args_override_self = true)]
     Servers(ServersArgs),
     /// A query handler in front of task servers: prints `listening ADDR`, `ready`; serves until stdin closes.
+    // A flag given twice takes its last value (harnesses append overrides to a base command line).
+    #[command(args_override_self = true)]
     Handler(HandlerArgs),
     /// One judged real probe of a configuration at one load: per-group bounds and the slowest queries traced.
     Probe {
