@@ -169,7 +169,7 @@ impl Pool {
                     }
                     // Time to retire, unless a submitter took this mailbox off the idle
                     // stack: then mail is on its way and this thread must wait for it.
-                    // Lock order is state, then mailbox, as in `submit`.
+                    // The mailbox lock is let go first: no thread holds both locks at once.
                     drop(mail);
                     let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some(i) = st.idle.iter().position(|m| Arc::ptr_eq(m, mailbox)) {
