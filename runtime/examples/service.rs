@@ -28,7 +28,7 @@ use http::{HeaderMap, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tailor_core::{Context, EdgeRoute, PolicySpec};
 use tailor_runtime::http::{ContextConfig, ContextLayer, Inject, InjectLayer};
 use tailor_runtime::{available_cpus, cpu, BackendSpec, Scheduler};
@@ -169,7 +169,15 @@ fn main() {
     connector.set_nodelay(true);
     let client: Downstream = ServiceBuilder::new()
         .layer(InjectLayer)
-        .service(Client::builder(TokioExecutor::new()).pool_max_idle_per_host(usize::MAX).build(connector));
+        .service(
+            Client::builder(TokioExecutor::new())
+                .pool_max_idle_per_host(usize::MAX)
+                // Without a timer hyper-util never closes an idle connection: a burst's
+                // connections to the next tier would stay open for the life of the process.
+                .pool_idle_timeout(std::time::Duration::from_secs(10))
+                .pool_timer(TokioTimer::new())
+                .build(connector),
+        );
     let next = args.next.map(|uri| (uri, client));
     let (index, handler_sched) = (args.index, sched.clone());
     let service = ServiceBuilder::new()
