@@ -6,6 +6,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write as _};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
@@ -146,6 +147,16 @@ fn start_member(
 ) -> Result<(Member, String), String> {
     let file = File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
     let file = Arc::new(Mutex::new(file));
+    // A harness stopped by a signal runs no destructor: each tier gets SIGTERM (and so
+    // restores what it changed) when the thread that started it ends, instead of
+    // serving on as an orphan. The runs start their tiers from one long-lived thread.
+    // SAFETY: prctl(2) is async-signal-safe, all the closure does between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -167,17 +167,15 @@ fn main() {
         if args.edge { ContextConfig::edge(EdgeRoute { class: 0, budget: None }) } else { ContextConfig::hop() };
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
-    let client: Downstream = ServiceBuilder::new()
-        .layer(InjectLayer)
-        .service(
-            Client::builder(TokioExecutor::new())
-                .pool_max_idle_per_host(usize::MAX)
-                // Without a timer hyper-util never closes an idle connection: a burst's
-                // connections to the next tier would stay open for the life of the process.
-                .pool_idle_timeout(std::time::Duration::from_secs(10))
-                .pool_timer(TokioTimer::new())
-                .build(connector),
-        );
+    let client: Downstream = ServiceBuilder::new().layer(InjectLayer).service(
+        Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(usize::MAX)
+            // Without a timer hyper-util never closes an idle connection: a burst's
+            // connections to the next tier would stay open for the life of the process.
+            .pool_idle_timeout(std::time::Duration::from_secs(10))
+            .pool_timer(TokioTimer::new())
+            .build(connector),
+    );
     let next = args.next.map(|uri| (uri, client));
     let (index, handler_sched) = (args.index, sched.clone());
     let service = ServiceBuilder::new()

@@ -99,8 +99,7 @@ fn the_edge_stamps_and_the_next_tier_schedules_by_the_same_gat() {
     // A client's forged, hour-old context: the edge strips it and stamps its own.
     let forged = format!("1.g{}.c0.k1.h0", now_ns() - 3_600_000_000_000);
     let before = now_ns();
-    let (status, headers, body) =
-        get(&edge.addr, &[("tailor-context", &forged), ("tailor-demand-us", "500,500")]);
+    let (status, headers, body) = get(&edge.addr, &[("tailor-context", &forged), ("tailor-demand-us", "500,500")]);
     let after = now_ns();
     assert_eq!(status, 200, "{body}");
     let seen = header(&headers, "tailor-seen-gat").unwrap_or_else(|| panic!("no tailor-seen-gat in {headers:?}"));

@@ -11,70 +11,89 @@
 //! Needs target/release/tailor and target/release/examples/service (run.sh builds them),
 //! Go and python3 with waitress; kernel ordering needs root (CAP_SYS_NICE).
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 
+use clap::Parser;
 use tailor_bench::polyglot::{self, ChainKind, Ordering, PolyglotConfig, Tools};
 use tailor_bench::workload::Workload;
-use tailor_fanout::flags;
 
-const FLAGS: &[&str] =
-    &["loads", "workloads", "seeds", "requests", "warmup", "mean-ms", "chains", "orderings", "out", "root", "cores"];
+/// The polyglot chain (edge → Go → Python → Rust) under each ordering, beside the
+/// Rust-only chain; writes polyglot.md and polyglot.json under --out.
+#[derive(Parser)]
+#[command(name = "polyglot")]
+struct Args {
+    /// Utilizations in (0, 1), of --cores CPUs.
+    #[arg(long, value_delimiter = ',', default_value = "0.7,0.85", value_parser = utilization)]
+    loads: Vec<f64>,
+    /// CPU demand shapes per tier: exp, trimodal, …
+    #[arg(long, value_delimiter = ',', default_value = "exp,trimodal")]
+    workloads: Vec<Workload>,
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    seeds: Vec<u64>,
+    /// Measured requests per run, after the warm-up.
+    #[arg(long, default_value_t = 2000)]
+    requests: usize,
+    #[arg(long, default_value_t = 200)]
+    warmup: usize,
+    /// Mean CPU demand per tier, ms.
+    #[arg(long, default_value_t = 3.0)]
+    mean_ms: f64,
+    /// polyglot (edge → Go → Python → Rust) and/or rust (the demo's three Rust tiers).
+    #[arg(long, value_delimiter = ',', default_value = "polyglot,rust", value_parser = chain_kind)]
+    chains: Vec<ChainKind>,
+    /// neither, gates, kernel.
+    #[arg(long, value_delimiter = ',', default_value = "neither,gates,kernel", value_parser = Ordering::parse)]
+    orderings: Vec<Ordering>,
+    #[arg(long, default_value = "target/tailor-polyglot")]
+    out: PathBuf,
+    /// The checkout (for target/release and sdk/).
+    #[arg(long, default_value = ".")]
+    root: PathBuf,
+    /// CPUs ρ is computed against [default: the CPUs this process may use].
+    #[arg(long)]
+    cores: Option<usize>,
+}
+
+fn utilization(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(l) if l > 0.0 && l < 1.0 => Ok(l),
+        _ => Err(format!("`{s}` is not a utilization in (0, 1)")),
+    }
+}
+
+fn chain_kind(s: &str) -> Result<ChainKind, String> {
+    match s {
+        "polyglot" => Ok(ChainKind::Polyglot),
+        "rust" => Ok(ChainKind::RustOnly),
+        _ => Err(format!("unknown chain `{s}`; use polyglot or rust")),
+    }
+}
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Err(e) = flags(&args, FLAGS).and_then(|f| run(&f)) {
+    if let Err(e) = run(Args::parse()) {
         eprintln!("polyglot: {e}");
         std::process::exit(2);
     }
 }
 
-fn list<T>(
-    f: &HashMap<String, String>,
-    name: &str,
-    default: &str,
-    parse: impl Fn(&str) -> Result<T, String>,
-) -> Result<Vec<T>, String> {
-    let text = f.get(name).map(String::as_str).unwrap_or(default);
-    text.split(',').map(|s| parse(s.trim()).map_err(|e| format!("--{name}: {e}"))).collect()
-}
-
-fn number<T: std::str::FromStr>(s: &str) -> Result<T, String> {
-    s.parse().map_err(|_| format!("`{s}` is not a valid number"))
-}
-
-fn run(f: &HashMap<String, String>) -> Result<(), String> {
-    let root = PathBuf::from(f.get("root").map(String::as_str).unwrap_or("."));
-    let out = PathBuf::from(f.get("out").map(String::as_str).unwrap_or("target/tailor-polyglot"));
-    let tools = Tools::find(&root, &out)?;
-    let kinds = list(f, "chains", "polyglot,rust", |s| match s {
-        "polyglot" => Ok(ChainKind::Polyglot),
-        "rust" => Ok(ChainKind::RustOnly),
-        _ => Err(format!("unknown chain `{s}`; use polyglot or rust")),
-    })?;
-    let orderings = list(f, "orderings", "neither,gates,kernel", Ordering::parse)?;
-    let loads = list(f, "loads", "0.7,0.85", number::<f64>)?;
-    if let Some(bad) = loads.iter().find(|&&l| !(l > 0.0 && l < 1.0)) {
-        return Err(format!("--loads: {bad} is not a utilization in (0, 1)"));
-    }
+fn run(a: Args) -> Result<(), String> {
+    let tools = Tools::find(&a.root, &a.out)?;
     let cfg = PolyglotConfig {
         tools,
-        cores: match f.get("cores") {
-            Some(c) => number(c)?,
-            None => tailor_runtime::available_cpus(),
-        },
-        mean_ms: number(f.get("mean-ms").map(String::as_str).unwrap_or("3"))?,
-        workloads: list(f, "workloads", "exp,trimodal", |s| s.parse::<Workload>())?,
-        loads,
-        seeds: list(f, "seeds", "1,2,3", number::<u64>)?,
-        requests: number(f.get("requests").map(String::as_str).unwrap_or("2000"))?,
-        warmup: number(f.get("warmup").map(String::as_str).unwrap_or("200"))?,
-        chains: kinds.iter().flat_map(|&k| orderings.iter().map(move |&o| (k, o))).collect(),
-        out: out.clone(),
+        cores: a.cores.unwrap_or_else(tailor_runtime::available_cpus),
+        mean_ms: a.mean_ms,
+        workloads: a.workloads,
+        loads: a.loads,
+        seeds: a.seeds,
+        requests: a.requests,
+        warmup: a.warmup,
+        chains: a.chains.iter().flat_map(|&k| a.orderings.iter().map(move |&o| (k, o))).collect(),
+        out: a.out.clone(),
     };
     let results = polyglot::run(&cfg, |line| println!("{line}"))?;
     let table = polyglot::table(&results);
     println!("\n{table}");
+    let out = &a.out;
     let write = |name: &str, text: String| {
         let path = out.join(name);
         std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))

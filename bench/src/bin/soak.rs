@@ -11,29 +11,134 @@
 //! `soak tier …` and `soak agent …` are the chain's own processes (the demo's tier and the
 //! kernel backend's node agent), so the soak needs no other binary.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::{Args, Parser, Subcommand};
 use tailor_bench::soak::{self, ChainSoak, FanoutSoak, SoakReport, SoakTiming};
 use tailor_bench::tier::{self, TierConfig};
 use tailor_bench::workload::Workload;
-use tailor_fanout::flags;
 use tailor_runtime::kernel::{self, AgentConfig, Enforce};
 
-const USAGE: &str = "usage: soak chain|fanout [--minutes M] [--window-s S] [--sample-s S] [--seed N] \
-                     [chain: --rho R --tiers N --mean-ms MS --workload W --out DIR] \
-                     [fanout: --config FILE --scheme S --load L]";
+/// Hold the demo chain (kernel backend) or the fan-out handler at one load and report
+/// whether RSS, descriptors, threads, table slots or the p99 grow.
+#[derive(Parser)]
+#[command(name = "soak")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The demo chain under the kernel backend, with its node agent.
+    Chain(ChainArgs),
+    /// The fan-out handler and its task servers at one load.
+    Fanout(FanoutArgs),
+    /// One tier of the chain (started by `soak chain`).
+    #[command(hide = true)]
+    Tier(TierArgs),
+    /// The kernel backend's node agent (started by `soak chain`).
+    #[command(hide = true)]
+    Agent(AgentArgs),
+}
+
+#[derive(Args)]
+struct Timing {
+    #[arg(long, default_value_t = 30.0, value_parser = positive)]
+    minutes: f64,
+    /// Width of each p99 window, s.
+    #[arg(long, default_value_t = 60.0, value_parser = positive)]
+    window_s: f64,
+    /// How often RSS, descriptors, threads and slots are sampled, s.
+    #[arg(long, default_value_t = 5.0, value_parser = positive)]
+    sample_s: f64,
+}
+
+#[derive(Args)]
+struct ChainArgs {
+    #[command(flatten)]
+    timing: Timing,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Utilization in (0, 1).
+    #[arg(long, default_value_t = 0.8, value_parser = utilization)]
+    rho: f64,
+    #[arg(long, default_value_t = 3)]
+    tiers: usize,
+    /// Mean CPU demand per tier, ms.
+    #[arg(long, default_value_t = 1.0)]
+    mean_ms: f64,
+    #[arg(long, default_value = "exp")]
+    workload: Workload,
+    #[arg(long, default_value = "target/tailor-soak")]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct FanoutArgs {
+    #[command(flatten)]
+    timing: Timing,
+    #[arg(long, default_value = "fanout/configs/exp-two-class.toml")]
+    config: PathBuf,
+    #[arg(long, default_value = "tf-edfq", value_parser = tailor_fanout::Scheme::parse)]
+    scheme: tailor_fanout::Scheme,
+    /// Load as a fraction of the task servers' capacity.
+    #[arg(long, default_value_t = 0.2)]
+    load: f64,
+}
+
+#[derive(Args)]
+struct TierArgs {
+    #[arg(long, default_value_t = 0)]
+    index: usize,
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: std::net::SocketAddr,
+    #[arg(long)]
+    next: Option<http::Uri>,
+    /// The runtime backend, JSON as in a config file.
+    #[arg(long)]
+    backend: String,
+}
+
+#[derive(Args)]
+struct AgentArgs {
+    #[arg(long)]
+    table: PathBuf,
+    #[arg(long, default_value = "orf")]
+    policy: String,
+    #[arg(long, default_value_t = 2)]
+    c: usize,
+    #[arg(long, default_value_t = 500.0)]
+    slice_us: f64,
+    #[arg(long)]
+    cpus: Option<usize>,
+    #[arg(long, default_value = "band", value_parser = ["band", "priority"])]
+    enforce: String,
+    #[arg(long, default_value_t = 1000.0)]
+    bucket_us: f64,
+}
+
+fn positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("`{s}` is not a positive number")),
+    }
+}
+
+fn utilization(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v < 1.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a utilization in (0, 1)")),
+    }
+}
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("chain") => flags(&args[1..], CHAIN_FLAGS).and_then(|f| chain(&f)),
-        Some("fanout") => flags(&args[1..], FANOUT_FLAGS).and_then(|f| fanout(&f)),
-        Some("tier") => flags(&args[1..], &["index", "listen", "next", "backend"]).and_then(|f| run_tier(&f)),
-        Some("agent") => flags(&args[1..], &["table", "policy", "c", "slice-us", "cpus", "enforce", "bucket-us"])
-            .and_then(|f| run_agent(&f)),
-        _ => Err(USAGE.to_string()),
+    let result = match Cli::parse().command {
+        Command::Chain(a) => chain(a),
+        Command::Fanout(a) => fanout(a),
+        Command::Tier(a) => run_tier(a),
+        Command::Agent(a) => run_agent(a),
     };
     if let Err(e) = result {
         eprintln!("soak: {e}");
@@ -41,30 +146,14 @@ fn main() {
     }
 }
 
-const CHAIN_FLAGS: &[&str] = &["minutes", "window-s", "sample-s", "seed", "rho", "tiers", "mean-ms", "workload", "out"];
-const FANOUT_FLAGS: &[&str] = &["minutes", "window-s", "sample-s", "seed", "config", "scheme", "load"];
-
-fn get<T: std::str::FromStr>(f: &HashMap<String, String>, name: &str, default: T) -> Result<T, String> {
-    match f.get(name) {
-        Some(v) => v.parse().map_err(|_| format!("--{name} {v}: not a valid value")),
-        None => Ok(default),
-    }
-}
-
-fn timing(f: &HashMap<String, String>) -> Result<SoakTiming, String> {
-    let minutes: f64 = get(f, "minutes", 30.0)?;
-    let window_s: f64 = get(f, "window-s", 60.0)?;
-    let sample_s: f64 = get(f, "sample-s", 5.0)?;
-    for (name, v) in [("minutes", minutes), ("window-s", window_s), ("sample-s", sample_s)] {
-        if !(v > 0.0 && v.is_finite()) {
-            return Err(format!("--{name} {v}: give a positive number"));
+impl Timing {
+    fn soak(&self) -> SoakTiming {
+        SoakTiming {
+            duration: Duration::from_secs_f64(self.minutes * 60.0),
+            window: Duration::from_secs_f64(self.window_s),
+            sample_every: Duration::from_secs_f64(self.sample_s),
         }
     }
-    Ok(SoakTiming {
-        duration: Duration::from_secs_f64(minutes * 60.0),
-        window: Duration::from_secs_f64(window_s),
-        sample_every: Duration::from_secs_f64(sample_s),
-    })
 }
 
 fn finish(report: &SoakReport) -> Result<(), String> {
@@ -79,74 +168,49 @@ fn finish(report: &SoakReport) -> Result<(), String> {
     }
 }
 
-fn chain(f: &HashMap<String, String>) -> Result<(), String> {
+fn chain(a: ChainArgs) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary to start the tiers: {e}"))?;
-    let workload: Workload =
-        get::<String>(f, "workload", "exp".into())?.parse().map_err(|e| format!("--workload: {e}"))?;
     let s = ChainSoak {
         exe,
         tier_args: vec!["tier".into()],
         agent_args: vec!["agent".into()],
-        tiers: get(f, "tiers", 3)?,
-        rho: get(f, "rho", 0.8)?,
-        mean_ms: get(f, "mean-ms", 1.0)?,
-        workload,
-        seed: get(f, "seed", 1)?,
-        out: PathBuf::from(get::<String>(f, "out", "target/tailor-soak".into())?),
-        timing: timing(f)?,
+        tiers: a.tiers,
+        rho: a.rho,
+        mean_ms: a.mean_ms,
+        workload: a.workload,
+        seed: a.seed,
+        out: a.out,
+        timing: a.timing.soak(),
     };
-    if !(s.rho > 0.0 && s.rho < 1.0) {
-        return Err(format!("--rho {}: give a utilization in (0, 1)", s.rho));
-    }
     let report = soak::run_chain(&s, |l| println!("{l}")).map_err(|e| e.to_string())?;
     finish(&report)
 }
 
-fn fanout(f: &HashMap<String, String>) -> Result<(), String> {
-    let s = FanoutSoak {
-        config: PathBuf::from(get::<String>(f, "config", "fanout/configs/exp-two-class.toml".into())?),
-        scheme: tailor_fanout::Scheme::parse(&get::<String>(f, "scheme", "tf-edfq".into())?)?,
-        load: get(f, "load", 0.2)?,
-        timing: timing(f)?,
-    };
+fn fanout(a: FanoutArgs) -> Result<(), String> {
+    let s = FanoutSoak { config: a.config, scheme: a.scheme, load: a.load, timing: a.timing.soak() };
     let report = soak::run_fanout(&s, |l| println!("{l}")).map_err(|e| e.to_string())?;
     finish(&report)
 }
 
 /// One tier of the chain (the demo's `tailor demo tier`).
-fn run_tier(f: &HashMap<String, String>) -> Result<(), String> {
-    let backend = f.get("backend").ok_or("--backend is required")?;
-    let backend = serde_json::from_str(backend).map_err(|e| format!("--backend {backend}: {e}"))?;
-    let next = match f.get("next") {
-        Some(n) => Some(n.parse().map_err(|e| format!("--next {n}: {e}"))?),
-        None => None,
-    };
-    let cfg = TierConfig {
-        index: get(f, "index", 0)?,
-        listen: get(f, "listen", "127.0.0.1:0".parse().expect("loopback"))?,
-        next,
-        backend,
-        max_age_ns: tier::DEFAULT_MAX_AGE_NS,
-    };
+fn run_tier(a: TierArgs) -> Result<(), String> {
+    let backend = serde_json::from_str(&a.backend).map_err(|e| format!("--backend {}: {e}", a.backend))?;
+    let cfg =
+        TierConfig { index: a.index, listen: a.listen, next: a.next, backend, max_age_ns: tier::DEFAULT_MAX_AGE_NS };
     tier::serve(cfg).map_err(|e| e.to_string())
 }
 
 /// The kernel backend's node agent (the demo's `tailor agent`), until SIGTERM.
-fn run_agent(f: &HashMap<String, String>) -> Result<(), String> {
-    let policy = kernel::policy_from_args(
-        &get::<String>(f, "policy", "orf".into())?,
-        get(f, "c", 2)?,
-        get(f, "slice-us", 500.0)?,
-    )
-    .map_err(|e| e.to_string())?;
+fn run_agent(a: AgentArgs) -> Result<(), String> {
+    let policy = kernel::policy_from_args(&a.policy, a.c, a.slice_us).map_err(|e| e.to_string())?;
     let cfg = AgentConfig {
-        table: PathBuf::from(f.get("table").ok_or("--table is required")?),
+        table: a.table,
         policy,
-        cpus: get(f, "cpus", tailor_runtime::available_cpus())?,
+        cpus: a.cpus.unwrap_or_else(tailor_runtime::available_cpus),
         slots: kernel::table::DEFAULT_SLOTS,
         verbose: false,
-        enforce: match get::<String>(f, "enforce", "band".into())?.as_str() {
-            "priority" => Enforce::priority_us(get(f, "bucket-us", 1000.0)?).map_err(|e| format!("--bucket-us {e}"))?,
+        enforce: match a.enforce.as_str() {
+            "priority" => Enforce::priority_us(a.bucket_us).map_err(|e| format!("--bucket-us {e}"))?,
             _ => Enforce::Band,
         },
     };
