@@ -3,6 +3,11 @@
 # statistical oracle runs (10x the requests; CI does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# `cargo test --release` builds the test harnesses with cargo's `bench` profile (the
+# libraries and binaries they use keep `release`): linking some forty test binaries with
+# thin LTO in one codegen unit was most of the suite's build time, and tests compare
+# ratios, not absolute speed. `cargo bench` and the shipped binaries are unaffected.
+export CARGO_PROFILE_BENCH_LTO=false CARGO_PROFILE_BENCH_CODEGEN_UNITS=16
 cargo test --workspace --release --locked 2>&1
 # The Go and Python context codecs pass the same vectors as core
 # (testdata/context). -count=1 because go caches test results and does not
