@@ -233,15 +233,21 @@ func (c *Client) register(ctx tailorctx.Context) (registration, bool) {
 	if orig.Flags&unix.SCHED_FLAG_RESET_ON_FORK != 0 {
 		origPolicy |= schedResetOnFork
 	}
+	tid := unix.Gettid()
 	atomic.StoreUint32(t.u32(t.slot(slot, offPID)), uint32(os.Getpid()))
-	atomic.StoreUint32(t.u32(t.slot(slot, offTID)), uint32(unix.Gettid()))
+	atomic.StoreUint32(t.u32(t.slot(slot, offTID)), uint32(tid))
 	atomic.StoreUint64(t.u64(t.slot(slot, offGAT)), ctx.GAT)
 	atomic.StoreUint64(t.u64(t.slot(slot, offDeadline)), ctx.Deadline)
 	atomic.StoreUint32(t.u32(t.slot(slot, offClass)), uint32(ctx.Class))
 	atomic.StoreUint32(t.u32(t.slot(slot, offOrigPolicy)), uint32(origPolicy))
 	atomic.StoreUint32(t.u32(t.slot(slot, offOrigPriority)), orig.Priority)
 	atomic.StoreUint64(t.u64(t.slot(slot, offSuccessor)), 0)
-	atomic.StoreUint64(t.u64(t.slot(slot, offStart)), 0)
+	// With the ids as this process sees them, the namespace they are numbered in
+	// and the thread's start time, the agent finds (and only ever writes) this
+	// thread, also from another PID namespace.
+	atomic.StoreUint64(t.u64(t.slot(slot, offStart)), threadStart(tid))
+	ns, _ := ownPIDNs()
+	atomic.StoreUint64(t.u64(t.slot(slot, offPIDNs)), packPIDNs(generation, ns))
 	atomic.StoreUint32(t.u32(t.slot(slot, offAdmitted)), admittedSelf)
 	// RUNNABLE before reading base: an agent shift that stores a new base after
 	// our read finds us in its scan and rewrites our level itself.

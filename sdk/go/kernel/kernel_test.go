@@ -441,3 +441,139 @@ func TestConcurrentHTTPHandlersAllRegisterAndRestore(t *testing.T) {
 	}
 	assertAllRestored(t, c)
 }
+
+// ---- A worker in a PID namespace of its own (a pod without hostPID), registered
+// with a host agent. The child is this test binary re-executed under `unshare
+// --pid --fork --mount-proc`: it is pid 1 there, so ids written as it sees them
+// name host threads (init, kthreadd, ...) unless the agent translates them.
+
+const nsTableEnv = "TAILOR_GO_TEST_NS_TABLE"
+
+// TestNamespacedWorkerChild is the worker; it does nothing as a normal test.
+func TestNamespacedWorkerChild(t *testing.T) {
+	path := os.Getenv(nsTableEnv)
+	if path == "" {
+		return
+	}
+	c, err := Connect(path)
+	if err != nil {
+		fmt.Printf("error %v\n", err)
+		return
+	}
+	c.Run(tailorctx.Stamped(uint64(time.Now().UnixNano())), func() {
+		attr, _ := unix.SchedGetAttr(0, 0)
+		fmt.Printf("running %d %d %d %d\n", os.Getpid(), unix.Gettid(), attr.Policy, attr.Priority)
+		// The host stops the agent meanwhile, then writes a line.
+		io.ReadAll(io.LimitReader(os.Stdin, 1))
+		attr, _ = unix.SchedGetAttr(0, 0)
+		fmt.Printf("after %d %d\n", attr.Policy, attr.Priority)
+	})
+}
+
+func hostPolicies(ids []int) map[int]string {
+	out := map[int]string{}
+	for _, id := range ids {
+		if attr, err := unix.SchedGetAttr(id, 0); err == nil {
+			out[id] = fmt.Sprintf("%d/%d", attr.Policy, attr.Priority)
+		}
+	}
+	return out
+}
+
+func TestAWorkerInItsOwnPIDNamespaceIsFoundAndRestoredByTheHostAgent(t *testing.T) {
+	bin := needAgent(t)
+	if err := exec.Command("unshare", "--pid", "--fork", "--mount-proc", "true").Run(); err != nil {
+		t.Skipf("SKIP: `unshare --pid --fork --mount-proc` is unavailable (needs root and util-linux): %v", err)
+	}
+	decoys := make([]int, 64)
+	for i := range decoys {
+		decoys[i] = i + 1
+	}
+	before := hostPolicies(decoys)
+	a := startAgent(t, bin, "ns", "--enforce", "priority", "--policy", "gfifo")
+	child := exec.Command("unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
+		os.Args[0], "-test.run", "^TestNamespacedWorkerChild$", "-test.v")
+	child.Env = append(os.Environ(), nsTableEnv+"="+a.path)
+	stdin, _ := child.StdinPipe()
+	stdout, _ := child.StdoutPipe()
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Process.Kill()
+	lines := make(chan string, 64)
+	go func() {
+		buf := make([]byte, 4096)
+		var rest string
+		for {
+			n, err := stdout.Read(buf)
+			rest += string(buf[:n])
+			for {
+				i := strings.IndexByte(rest, '\n')
+				if i < 0 {
+					break
+				}
+				lines <- rest[:i]
+				rest = rest[i+1:]
+			}
+			if err != nil {
+				close(lines)
+				return
+			}
+		}
+	}()
+	want := func(prefix string) []string {
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("the worker ended before printing %q", prefix)
+				}
+				if strings.HasPrefix(l, "error") {
+					t.Fatalf("the worker: %s", l)
+				}
+				if strings.HasPrefix(l, prefix) {
+					return strings.Fields(l)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("no %q line from the worker in 30 s", prefix)
+			}
+		}
+	}
+	running := want("running")
+	if running[1] != "1" || running[3] != strconv.Itoa(unix.SCHED_FIFO) {
+		t.Fatalf("want pid 1 of its own namespace at SCHED_FIFO: %v", running)
+	}
+	// The slot says which namespace the ids are numbered in.
+	tb, err := openTable(a.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := 0
+	for i := 0; i < tb.slots; i++ {
+		g, state := unpack(atomic.LoadUint64(tb.u64(tb.slot(i, offWord))))
+		if state == StateFree {
+			continue
+		}
+		live++
+		ns := atomic.LoadUint64(tb.u64(tb.slot(i, offPIDNs)))
+		own, _ := ownPIDNs()
+		if ns>>32 != g&0xffffffff || ns&0xffffffff == own&0xffffffff || atomic.LoadUint64(tb.u64(tb.slot(i, offStart))) == 0 {
+			t.Fatalf("slot %d: pid_ns %#x (generation %d, host namespace %d), start %d", i, ns, g, own, atomic.LoadUint64(tb.u64(tb.slot(i, offStart))))
+		}
+	}
+	tb.close()
+	if live != 1 {
+		t.Fatalf("%d live jobs, want 1", live)
+	}
+	// Stopped mid-job, the agent restores the worker's thread by its host id.
+	a.stop(t)
+	stdin.Write([]byte("x"))
+	after := want("after")
+	if after[1] != strconv.Itoa(unix.SCHED_NORMAL) || after[2] != "0" {
+		t.Fatalf("the host agent did not restore the pod's thread at its exit: %v (%s)", after, a.stderr.String())
+	}
+	child.Wait()
+	if got := hostPolicies(decoys); fmt.Sprint(got) != fmt.Sprint(before) {
+		t.Fatalf("host threads with the pod's ids changed: %v, before %v", got, before)
+	}
+}

@@ -1,10 +1,15 @@
 package kernel
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -61,7 +66,10 @@ const (
 	offBucketNs      = 64
 	offBase          = 72
 	offNewest        = 80
-	headerSize       = 128
+	// offAgentPIDNs: the inode of the agent's PID namespace (its pid names
+	// nothing, or another process, from a pod's own namespace).
+	offAgentPIDNs = 88
+	headerSize    = 128
 )
 
 // Byte offsets in a slot (each slot is 128 bytes: 88 bytes of fields, align(64)).
@@ -77,9 +85,14 @@ const (
 	offAdmitted     = 44
 	offAgentBusy    = 48
 	offSuccessor    = 56
-	// offStart: the thread's start time, 0 = unknown. A claim writes 0, so the agent never
-	// checks this thread against a start time an earlier job in the slot left.
+	// offStart: the thread's start time (clock ticks since boot, field 22 of
+	// /proc/self/task/<tid>/stat), 0 = unknown: with the tid it names the thread
+	// for good, so the agent never writes a later thread given the same id.
 	offStart = 72
+	// offPIDNs: (generation & 0xffffffff) << 32 | (PID-namespace inode & 0xffffffff),
+	// the namespace pid and tid are numbered in: the host's agent translates the
+	// ids of a worker in a pod with its own PID namespace.
+	offPIDNs = 80
 	slotSize = 128
 )
 
@@ -181,13 +194,81 @@ func (t *table) ring() {
 	}
 }
 
-// agentAlive says whether the agent serves the table: RUNNING and its process exists.
+// agentAlive says whether the agent serves the table: RUNNING and its process
+// exists where this process shares its PID namespace; from another namespace
+// (a pod), its heartbeat moving within five heartbeats (it beats every 20 ms).
 func (t *table) agentAlive() bool {
 	if atomic.LoadUint32(t.u32(offAgentState)) != AgentRunning {
 		return false
 	}
+	if alive, known := t.agentAliveByPID(); known {
+		return alive
+	}
+	beat := atomic.LoadUint64(t.u64(offHeartbeat))
+	for start := time.Now(); time.Since(start) < 100*time.Millisecond; time.Sleep(2 * time.Millisecond) {
+		if atomic.LoadUint64(t.u64(offHeartbeat)) != beat {
+			return true
+		}
+	}
+	return false
+}
+
+// agentAliveByPID is whether the agent's process exists, known only when this
+// process shares the agent's PID namespace.
+func (t *table) agentAliveByPID() (alive, known bool) {
+	ns := atomic.LoadUint64(t.u64(offAgentPIDNs))
+	if own, ok := ownPIDNs(); ns == 0 || !ok || own != ns {
+		return false, false
+	}
 	pid := int(atomic.LoadUint32(t.u32(offAgentPID)))
-	return pid != 0 && unix.Kill(pid, 0) != unix.ESRCH
+	return pid != 0 && unix.Kill(pid, 0) != unix.ESRCH, true
+}
+
+var ownNS struct {
+	once  sync.Once
+	inode uint64
+	ok    bool
+}
+
+// ownPIDNs is the inode of this process's PID namespace, read once.
+func ownPIDNs() (uint64, bool) {
+	ownNS.once.Do(func() {
+		var st unix.Stat_t
+		if unix.Stat("/proc/self/ns/pid", &st) == nil {
+			ownNS.inode, ownNS.ok = st.Ino, true
+		}
+	})
+	return ownNS.inode, ownNS.ok
+}
+
+// packPIDNs is the slot's pid_ns value for job generation from namespace inode.
+func packPIDNs(generation, inode uint64) uint64 {
+	return (generation&0xffffffff)<<32 | inode&0xffffffff
+}
+
+// threadStarts caches each thread's start time by thread id. A thread that
+// exits and whose id a new thread of this process takes would keep the old
+// value: the agent then takes the new thread for a dead one and never writes
+// it (the thread still orders itself and restores itself), the safe side.
+var threadStarts sync.Map
+
+// threadStart is thread tid's start time (clock ticks since boot), 0 if /proc
+// does not say.
+func threadStart(tid int) uint64 {
+	if v, ok := threadStarts.Load(tid); ok {
+		return v.(uint64)
+	}
+	var start uint64
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/stat", tid)); err == nil {
+		// The command name (field 2) may hold spaces and parentheses: count after the last ')'.
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 {
+			if f := strings.Fields(string(stat[i+1:])); len(f) > 19 {
+				start, _ = strconv.ParseUint(f[19], 10, 64)
+			}
+		}
+	}
+	threadStarts.Store(tid, start)
+	return start
 }
 
 // futexWake is FUTEX_WAKE without FUTEX_PRIVATE_FLAG: the word is shared between processes.

@@ -35,7 +35,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 from contextlib import contextmanager
 
@@ -63,13 +63,19 @@ AGENT_STARTING, AGENT_RUNNING, AGENT_STOPPED = 0, 1, 2
 HEADER_SIZE = 128
 H_MAGIC, H_VERSION, H_SLOTS, H_AGENT_PID, H_AGENT_STATE, H_HEARTBEAT = 0, 8, 12, 16, 20, 24
 H_DOORBELL, H_AGENT_SLEEPING, H_ORDERING, H_KEY, H_BUCKET_NS, H_BASE, H_NEWEST = 32, 36, 56, 60, 64, 72, 80
+#: Version 8: the inode of the agent's PID namespace (its pid means nothing from another one).
+H_AGENT_PID_NS = 88
 SLOT_SIZE = 128
 S_WORD, S_PID, S_TID, S_GAT, S_DEADLINE, S_CLASS = 0, 8, 12, 16, 24, 32
 S_ORIG_POLICY, S_ORIG_PRIORITY, S_ADMITTED, S_AGENT_BUSY, S_SUCCESSOR = 36, 40, 44, 48, 56
-#: Version 8: the thread's start time (0 = unknown; a claim writes 0 so the agent never checks
-#: this thread against an earlier job's) and the PID namespace tag (left unwritten: the
-#: agent's own namespace).
+#: Version 8: the thread's start time (field 22 of /proc/self/task/<tid>/stat, clock ticks
+#: since boot; 0 = unknown): with the tid it names the thread for good, so the agent never
+#: writes a later thread given the same id.
 S_START = 72
+#: Version 8: ``(generation & 0xffffffff) << 32 | (PID-namespace inode & 0xffffffff)``, the
+#: namespace ``pid`` and ``tid`` are numbered in: a worker in a pod with its own PID
+#: namespace registers ids the host's agent translates to its own.
+S_PID_NS = 80
 
 #: How long a silent heartbeat means a dead agent (the agent beats every 20 ms; Rust's
 #: watchdog default is 500 ms).
@@ -87,6 +93,44 @@ def level(key: int, base: int, bucket_ns: int) -> int:
     return max(TOP_LEVEL - min(steps, TOP_LEVEL), 1)
 
 
+_identity = threading.local()
+_pid_ns: Tuple[int, int] = (0, 0)  # (pid that read it, inode): a fork re-reads
+
+
+def thread_start_ticks(tid: int) -> int:
+    """The calling thread's start time (clock ticks since boot), read once per thread;
+    0 when /proc does not say."""
+    cached = getattr(_identity, "start", None)
+    if cached is not None and cached[0] == tid:
+        return cached[1]
+    try:
+        with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+            stat = f.read()
+        # The command name (field 2) may hold spaces and parentheses: count after the last ')'.
+        start = int(stat[stat.rindex(b")") + 1 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        start = 0
+    _identity.start = (tid, start)
+    return start
+
+
+def own_pid_ns() -> int:
+    """The inode of this process's PID namespace (0 = unknown), read once per process."""
+    global _pid_ns
+    pid = os.getpid()
+    if _pid_ns[0] != pid:
+        try:
+            _pid_ns = (pid, os.stat("/proc/self/ns/pid").st_ino)
+        except OSError:
+            _pid_ns = (pid, 0)
+    return _pid_ns[1]
+
+
+def pack_pid_ns(generation: int, inode: int) -> int:
+    """The ``pid_ns`` slot value of job ``generation`` registered from namespace ``inode``."""
+    return ((generation & 0xFFFFFFFF) << 32) | (inode & 0xFFFFFFFF)
+
+
 def _slots_offset(slots: int) -> int:
     return HEADER_SIZE + (slots + 511) // 512 * 64
 
@@ -97,6 +141,30 @@ def _pack(generation: int, state: int) -> int:
 
 class TableUnavailable(Exception):
     """Why a registrar cannot register threads (the message names the fix)."""
+
+
+def _agent_alive_by_pid(t: "Table") -> Optional[bool]:
+    """Whether the table's agent lives, by its pid, when this process shares its PID
+    namespace; None from another namespace (a pod), where that pid names nothing or
+    another process: watch the heartbeat there."""
+    agent_ns = t.read64(H_AGENT_PID_NS)
+    if agent_ns == 0 or agent_ns != own_pid_ns():
+        return None
+    return _process_alive(t.read32(H_AGENT_PID))
+
+
+def _agent_serving(t: "Table") -> bool:
+    """RUNNING and alive: by its pid where we can see it, else its heartbeat moving within
+    five heartbeats (the agent beats every 20 ms)."""
+    alive = _agent_alive_by_pid(t)
+    if alive is not None:
+        return alive
+    beat, end = t.read64(H_HEARTBEAT), time.monotonic() + 0.1
+    while time.monotonic() < end:
+        if t.read64(H_HEARTBEAT) != beat:
+            return True
+        time.sleep(0.002)
+    return False
 
 
 def _process_alive(pid: int) -> bool:
@@ -218,7 +286,7 @@ class KernelRegistrar:
         while t.read32(H_AGENT_STATE) == AGENT_STARTING and time.monotonic() < deadline:
             time.sleep(0.005)  # an agent creates its table a moment before it serves it
         pid = t.read32(H_AGENT_PID)
-        if t.read32(H_AGENT_STATE) != AGENT_RUNNING or not _process_alive(pid):
+        if t.read32(H_AGENT_STATE) != AGENT_RUNNING or not _agent_serving(t):
             raise TableUnavailable(f"{path}: the agent (pid {pid}) is not running. Fix: start `tailor agent --table {path} --enforce priority`")
         if t.read32(H_ORDERING) != ORDER_BY_KEY:
             raise TableUnavailable(
@@ -310,7 +378,10 @@ class KernelRegistrar:
         )
         struct.pack_into("<I", t.mm, t.slot_offset(i, S_ADMITTED), SELF_ADMITTED)
         struct.pack_into("<Q", t.mm, t.slot_offset(i, S_SUCCESSOR), 0)
-        struct.pack_into("<Q", t.mm, t.slot_offset(i, S_START), 0)
+        # With the ids as this process sees them, the namespace they are numbered in and
+        # the thread's start time, the agent finds (and only ever writes) this thread even
+        # from another PID namespace.
+        struct.pack_into("<QQ", t.mm, t.slot_offset(i, S_START), thread_start_ticks(tid), pack_pid_ns(generation, own_pid_ns()))
         return Registration(i, generation, tid, orig_policy, orig_priority)
 
     def _register(self, t: Table, ctx: Context) -> Optional[Registration]:
@@ -353,7 +424,7 @@ class KernelRegistrar:
                 spins += 1
                 time.sleep(0)
                 if spins % 1000 == 0 and (
-                    t.read32(H_AGENT_STATE) != AGENT_RUNNING or not _process_alive(t.read32(H_AGENT_PID))
+                    t.read32(H_AGENT_STATE) != AGENT_RUNNING or _agent_alive_by_pid(t) is False
                 ):
                     break
         if restore:

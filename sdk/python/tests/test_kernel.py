@@ -22,6 +22,7 @@ from tailor_context import Context
 from tailor_context.gate import ThreadGate
 from tailor_context.kernel import (
     FREE,
+    S_START,
     S_WORD,
     SLOT_SIZE,
     TOP_LEVEL,
@@ -200,4 +201,72 @@ def test_a_table_that_is_not_one_is_refused_with_the_reason(tmp_path):
     # Without a fallback, jobs simply run.
     with r.admit(Context(1)):
         pass
+
+
+NS_JOB = str(Path(__file__).with_name("kernel_ns_job.py"))
+
+
+def _unshare_works() -> bool:
+    try:
+        return subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+def _host_policies(ids):
+    out = {}
+    for i in ids:
+        try:
+            out[i] = (os.sched_getscheduler(i), os.sched_getparam(i).sched_priority)
+        except OSError:
+            out[i] = None
+    return out
+
+
+def test_a_worker_in_its_own_pid_namespace_is_found_and_restored_by_the_host_agent():
+    """A pod's worker registers ids numbered in its own PID namespace (it is pid 1 there).
+    The host agent must translate them: when it stops mid-job it restores that thread (by
+    its host id), and never touches the host threads that carry the pod's numbers."""
+    require_kernel()
+    if not _unshare_works():
+        pytest.skip("SKIPPED: `unshare --pid --fork --mount-proc` is unavailable (needs root and util-linux)")
+    decoys = list(range(1, 65))
+    before = _host_policies(decoys)
+    with agent("--enforce", "priority", "--policy", "gfifo") as table:
+        child = subprocess.Popen(
+            ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", sys.executable, NS_JOB, table, str(time.time_ns())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            running = child.stdout.readline().split()
+            assert running[:1] == ["running"], running
+            ns_pid, ns_tid, policy, priority = map(int, running[1:])
+            assert ns_pid == 1, f"the worker is pid 1 of its own namespace: {running}"
+            assert policy & ~os.SCHED_RESET_ON_FORK == os.SCHED_FIFO and 1 <= priority <= TOP_LEVEL, f"registered at a job level: {running}"
+            # The slot says which namespace the ids are numbered in.
+            data = Path(table).read_bytes()
+            slots = struct.unpack_from("<I", data, 12)[0]
+            base = _slots_offset(slots)
+            busy = [base + i * SLOT_SIZE for i in range(slots) if struct.unpack_from("<Q", data, base + i * SLOT_SIZE + S_WORD)[0] & 0xFF != FREE]
+            assert len(busy) == 1, f"one live job: {busy}"
+            word, pid, tid = struct.unpack_from("<QII", data, busy[0])
+            start, pid_ns = struct.unpack_from("<QQ", data, busy[0] + S_START)
+            assert (pid, tid) == (ns_pid, ns_tid)
+            assert start > 0, "the thread's start time is written"
+            assert pid_ns >> 32 == (word >> 8) & 0xFFFFFFFF, "tagged with this job's generation"
+            assert pid_ns & 0xFFFFFFFF != os.stat("/proc/self/ns/pid").st_ino & 0xFFFFFFFF, "the pod's namespace, not the host's"
+        except BaseException:
+            child.kill()
+            raise
+    # The agent has stopped (SIGTERM) with the job still live: it restored the thread.
+    try:
+        out, _ = child.communicate("check\n", timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    after = [line.split() for line in out.splitlines() if line.startswith("after")]
+    assert after == [["after", str(os.SCHED_OTHER), "0"]], f"the host agent restored the pod's thread at its exit: {out!r}"
+    assert _host_policies(decoys) == before, "host threads with the pod's ids were never touched"
 
