@@ -48,7 +48,8 @@ enum Command {
     /// cgroups and tiers; run, supervise, safe mode (docs/node.md).
     Node(node::NodeArgs),
     /// Kernel scheduler agent (daemon): orders every registered job thread on this node by one
-    /// policy through SCHED_FIFO levels (docs/runtime.md). Formerly `tailor agent`.
+    /// policy, in a SCHED_FIFO band (default) or by per-key SCHED_FIFO levels
+    /// (`--enforce priority`) (docs/runtime.md). Also `tailor agent`.
     #[command(visible_alias = "agent")]
     Scheduler(agent::AgentArgs),
     /// Tailor in front of any HTTP/gRPC service: the edge and the sidecar proxy (docs/proxy.md).

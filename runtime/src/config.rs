@@ -22,8 +22,9 @@ pub enum BackendSpec {
         c: usize,
     },
     /// Node-wide, kernel-enforced: jobs register in the agent's shared-memory table and
-    /// the agent (`tailor agent`) runs the policy, turning its decisions into SCHED_FIFO
-    /// (admitted) and SCHED_IDLE (waiting) for the job threads. Needs CAP_SYS_NICE.
+    /// the agent (`tailor agent`) runs the policy: the jobs it runs go into a SCHED_FIFO
+    /// band, the others sleep in their admission wait (`park`); under `--enforce priority`
+    /// each job thread takes the SCHED_FIFO level of its key itself. Needs CAP_SYS_NICE.
     Kernel {
         /// The agent's table, e.g. `/dev/shm/tailor-sched` (`tailor agent --table`).
         table: PathBuf,
