@@ -32,13 +32,18 @@ pub struct DemoArgs {
     #[command(flatten)]
     output: OutputArg,
     /// Two-class configuration (its schemes, fan-outs, SLOs, search) [default: the built-in
-    /// fanout/configs/masstree-two-class.toml].
+    /// fanout/configs/mixture-two-class.toml, where the fan-out term matters; --paper:
+    /// masstree-two-class.toml].
     #[arg(long)]
     config: Option<PathBuf>,
     /// Single-class configuration, run after the two-class one (`none` to skip) [default: the
-    /// built-in fanout/configs/masstree-one-class.toml].
+    /// built-in fanout/configs/mixture-one-class.toml; --paper: masstree-one-class.toml].
     #[arg(long)]
     one_class: Option<PathBuf>,
+    /// The defaults become TailGuard's own Masstree setting (fan-outs 1/10/32), where
+    /// fan-out-aware deadlines gain little over T-EDFQ (docs/fanout.md, "Choosing a configuration").
+    #[arg(long)]
+    paper: bool,
     /// Short probes and a coarse search (about a minute; for tests).
     #[arg(long)]
     quick: bool,
@@ -58,9 +63,12 @@ struct CalibrateArgs {
     #[command(flatten)]
     output: OutputArg,
     /// Configuration with an [admission] section [default: the built-in
-    /// fanout/configs/masstree-two-class.toml].
+    /// fanout/configs/mixture-two-class.toml; --paper: masstree-two-class.toml].
     #[arg(long)]
     config: Option<PathBuf>,
+    /// The default configuration is TailGuard's Masstree setting.
+    #[arg(long)]
+    paper: bool,
     /// Max load of TF-EDFQ without admission [default: search for it first].
     #[arg(long)]
     max_load: Option<f64>,
@@ -70,11 +78,26 @@ struct CalibrateArgs {
 }
 
 /// The built-in configurations: embedded, so the defaults work from any directory; their
-/// relative table paths resolve against the repository `tailor` was built from.
+/// relative table paths resolve against the repository `tailor` was built from. The
+/// default is the mixture, where TailGuard's fan-out-aware deadlines show their gain; the
+/// paper's Masstree setting is `--paper`.
 const TWO_CLASS: (&str, &str) =
-    ("fanout/configs/masstree-two-class.toml", include_str!("../../fanout/configs/masstree-two-class.toml"));
+    ("fanout/configs/mixture-two-class.toml", include_str!("../../fanout/configs/mixture-two-class.toml"));
 const ONE_CLASS: (&str, &str) =
+    ("fanout/configs/mixture-one-class.toml", include_str!("../../fanout/configs/mixture-one-class.toml"));
+const PAPER_TWO_CLASS: (&str, &str) =
+    ("fanout/configs/masstree-two-class.toml", include_str!("../../fanout/configs/masstree-two-class.toml"));
+const PAPER_ONE_CLASS: (&str, &str) =
     ("fanout/configs/masstree-one-class.toml", include_str!("../../fanout/configs/masstree-one-class.toml"));
+
+/// The built-in (two-class, one-class) pair.
+fn builtins(paper: bool) -> ((&'static str, &'static str), (&'static str, &'static str)) {
+    if paper {
+        (PAPER_TWO_CLASS, PAPER_ONE_CLASS)
+    } else {
+        (TWO_CLASS, ONE_CLASS)
+    }
+}
 
 pub fn main(args: FanoutArgs) -> Result<(), String> {
     match args.command {
@@ -94,7 +117,8 @@ fn load(path: Option<&Path>, builtin: (&str, &str)) -> Result<Loaded, String> {
 pub fn run_demo(a: DemoArgs) -> Result<(), String> {
     let progress = Reporter::new();
     let log = &progress;
-    let two = load(a.config.as_deref(), TWO_CLASS)?;
+    let (two_builtin, one_builtin) = builtins(a.paper);
+    let two = load(a.config.as_deref(), two_builtin)?;
     let pace = Pace::of(&two, a.quick);
     eprintln!(
         "{}: runs of {:.1} s + {:.1} s warm-up, pooled per probe until every group is decided at {:.0}% or {:.0} s; search to ±{:.2}",
@@ -110,7 +134,7 @@ pub fn run_demo(a: DemoArgs) -> Result<(), String> {
     let mut out = demo::format_table(&two, &results);
     let mut json = serde_json::json!({ "schema": "tailor.fanout-demo/v1", "configs": [schemes_json(&two, &results)] });
     if a.one_class.as_deref() != Some(Path::new("none")) {
-        let one = load(a.one_class.as_deref(), ONE_CLASS)?;
+        let one = load(a.one_class.as_deref(), one_builtin)?;
         let r1 = demo::run_schemes(&one, Pace::of(&one, a.quick), !a.no_sim, log).map_err(|e| e.to_string())?;
         out += "\n";
         out += &demo::format_table(&one, &r1);
@@ -237,7 +261,7 @@ fn admission_json(x: &demo::AdmissionResult, max_load: f64) -> serde_json::Value
 fn run_calibrate(a: CalibrateArgs) -> Result<(), String> {
     let progress = Reporter::new();
     let log = &progress;
-    let l = load(a.config.as_deref(), TWO_CLASS)?;
+    let l = load(a.config.as_deref(), builtins(a.paper).0)?;
     let pace = Pace::of(&l, a.quick);
     let max = match a.max_load {
         Some(m) => m,
