@@ -202,6 +202,23 @@ impl Drop for MeasuringThread {
     }
 }
 
+/// The calling thread at SCHED_OTHER until dropped (then back to what it had).
+struct NormalThread(ThreadPolicy);
+
+impl NormalThread {
+    fn lower() -> NormalThread {
+        let before = sys::get_policy(0).unwrap_or(ThreadPolicy { policy: libc::SCHED_OTHER, priority: 0 });
+        let _ = sys::set_policy(0, ThreadPolicy { policy: libc::SCHED_OTHER, priority: 0 });
+        NormalThread(before)
+    }
+}
+
+impl Drop for NormalThread {
+    fn drop(&mut self) {
+        let _ = sys::set_policy(0, self.0);
+    }
+}
+
 /// The load every case runs: modest, so the 2-CPU CI machine is not saturated by it.
 const LOAD: [&str; 4] = ["--rate", "300", "--work-us", "300"];
 
@@ -466,8 +483,12 @@ pub fn service_killed(exe: &Path) -> Row {
         let _measuring = MeasuringThread::raise();
         wait_until(t0, Duration::from_secs(3), || !node::busy_slots(&table).iter().any(|s| s.1 == pid))
     });
-    // Its id to a new process at SCHED_BATCH, as fast as we can after the kill.
+    // Its id to a new process at SCHED_BATCH, as fast as we can after the kill. At
+    // SCHED_OTHER: this thread runs the suite above the agent (`MeasuringThread`), and a
+    // spawn loop there, with its children inheriting that priority, kept the agent off both
+    // CPUs for the whole loop (the reclaim then measured the loop, ~950 ms, not the agent).
     let mut victim = None;
+    let _normal = NormalThread::lower();
     if node::can_choose_pids() {
         for _ in 0..100 {
             let _ = node::next_id_will_be(pid as i32);
