@@ -3,6 +3,8 @@
 use std::path::Path;
 
 use crate::cases::{self, Row};
+use crate::proxy_cases::{self, Fault, ProxyRow};
+use crate::proxyproc::Role;
 
 /// Every fault by a short name (`--only NAME`), in the order of the report.
 pub fn all() -> Vec<(&'static str, fn(&Path) -> Row)> {
@@ -45,6 +47,48 @@ pub fn markdown(rows: &[Row]) -> String {
             r.lost,
             r.p99_ms.map_or("–".into(), |v| format!("{v:.1}")),
             r.note.trim()
+        ));
+    }
+    out
+}
+
+/// Every proxy fault on both roles (or only the fault named `only`).
+pub fn proxy_rows(exe: &Path, only: Option<&str>) -> Vec<ProxyRow> {
+    let mut rows = Vec::new();
+    for fault in Fault::ALL {
+        if only.is_some_and(|o| o != fault.name()) {
+            continue;
+        }
+        for role in [Role::Sidecar, Role::Edge] {
+            eprintln!("tailor-faults: {} on the {} ...", fault.name(), role.name());
+            rows.push(proxy_cases::run(exe, role, fault));
+        }
+    }
+    rows
+}
+
+/// The proxy rows as a Markdown table.
+pub fn proxy_markdown(rows: &[ProxyRow]) -> String {
+    let mut out = String::from(
+        "| fault | proxy | answered (expected) | detect ms | restore ms | back ms | lost | slots leaked | fds Δ | threads Δ | others served |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let (status, reason) = r.fault.expected();
+        out.push_str(&format!(
+            "| {} | {} | {}/{} `{status} {reason}` | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.fault.name(),
+            r.role.name(),
+            r.as_expected,
+            r.answers.len(),
+            cell(r.detect_ms),
+            cell(r.restore_ms),
+            cell(r.back_ms),
+            r.lost,
+            r.slots_left,
+            r.fds_delta,
+            r.threads_delta,
+            r.others_served.map_or("–", |s| if s { "yes" } else { "NO" }),
         ));
     }
     out

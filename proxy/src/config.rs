@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use tailor_core::wire::{Key, Keyring};
@@ -94,6 +95,27 @@ pub struct SidecarConfig {
     /// How long SIGTERM waits for requests in progress.
     #[serde(default = "default_drain_ms")]
     pub drain_timeout_ms: u64,
+    /// How long the upstream has to send its response headers; beyond it the client gets
+    /// 504 (`tailor-error: upstream_timeout`) and the request leaves the gate.
+    #[serde(default = "default_upstream_timeout_ms")]
+    pub upstream_timeout_ms: u64,
+    /// A connection must deliver a request's headers within this long (slowloris), or it is closed.
+    #[serde(default = "default_header_read_timeout_ms")]
+    pub header_read_timeout_ms: u64,
+    /// An admitted request's body must arrive within this long (a slow client cannot hold
+    /// a slot for ever): 408 (`tailor-error: body_timeout`). 0: no limit (long gRPC streams).
+    #[serde(default = "default_body_read_timeout_ms")]
+    pub body_read_timeout_ms: u64,
+    /// Request line and headers at most (HTTP/1.1; the HTTP/2 header list): beyond it 431.
+    #[serde(default = "default_max_header_bytes")]
+    pub max_header_bytes: usize,
+    /// Request body at most: beyond it 413 (`tailor-error: body_too_large`).
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: u64,
+    /// Open client connections at most, per listener; beyond it a new connection gets 503
+    /// (`tailor-shed: connection_limit`) and is closed.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
     pub mac: Option<MacConfig>,
     #[serde(default)]
     pub egress: Vec<EgressConfig>,
@@ -159,6 +181,27 @@ pub struct EdgeConfig {
     pub grpc_timeout: bool,
     #[serde(default = "default_drain_ms")]
     pub drain_timeout_ms: u64,
+    /// How long the upstream has to send its response headers; beyond it the client gets
+    /// 504 (`tailor-error: upstream_timeout`) and the request leaves the gate.
+    #[serde(default = "default_upstream_timeout_ms")]
+    pub upstream_timeout_ms: u64,
+    /// A connection must deliver a request's headers within this long (slowloris), or it is closed.
+    #[serde(default = "default_header_read_timeout_ms")]
+    pub header_read_timeout_ms: u64,
+    /// An admitted request's body must arrive within this long (a slow client cannot hold
+    /// a slot for ever): 408 (`tailor-error: body_timeout`). 0: no limit (long gRPC streams).
+    #[serde(default = "default_body_read_timeout_ms")]
+    pub body_read_timeout_ms: u64,
+    /// Request line and headers at most (HTTP/1.1; the HTTP/2 header list): beyond it 431.
+    #[serde(default = "default_max_header_bytes")]
+    pub max_header_bytes: usize,
+    /// Request body at most: beyond it 413 (`tailor-error: body_too_large`).
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: u64,
+    /// Open client connections at most, per listener; beyond it a new connection gets 503
+    /// (`tailor-shed: connection_limit`) and is closed.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
     pub mac: Option<MacConfig>,
     pub routes: Vec<RouteConfig>,
 }
@@ -181,6 +224,24 @@ fn default_drain_ms() -> u64 {
 fn default_health_ms() -> u64 {
     1_000
 }
+fn default_upstream_timeout_ms() -> u64 {
+    30_000
+}
+fn default_header_read_timeout_ms() -> u64 {
+    10_000
+}
+fn default_body_read_timeout_ms() -> u64 {
+    30_000
+}
+fn default_max_header_bytes() -> usize {
+    65_536
+}
+fn default_max_body_bytes() -> u64 {
+    8 << 20
+}
+fn default_max_connections() -> usize {
+    10_000
+}
 fn default_prefix() -> String {
     "/".into()
 }
@@ -188,6 +249,75 @@ fn default_prefix() -> String {
 impl SidecarConfig {
     pub fn max_age_ns(&self) -> Nanos {
         self.max_age_ms.saturating_mul(NANOS_PER_MS)
+    }
+
+    pub fn limits(&self) -> Limits {
+        Limits::new(
+            self.upstream_timeout_ms,
+            self.header_read_timeout_ms,
+            self.body_read_timeout_ms,
+            self.max_header_bytes,
+            self.max_body_bytes,
+            self.max_connections,
+        )
+    }
+}
+
+impl EdgeConfig {
+    pub fn limits(&self) -> Limits {
+        Limits::new(
+            self.upstream_timeout_ms,
+            self.header_read_timeout_ms,
+            self.body_read_timeout_ms,
+            self.max_header_bytes,
+            self.max_body_bytes,
+            self.max_connections,
+        )
+    }
+}
+
+/// The bounds every listener and relay of a proxy keeps (the same keys in both roles).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub upstream_timeout: Duration,
+    pub header_read_timeout: Duration,
+    /// `None`: no limit.
+    pub body_read_timeout: Option<Duration>,
+    pub max_header_bytes: usize,
+    pub max_body_bytes: u64,
+    pub max_connections: usize,
+}
+
+/// hyper's smallest read buffer: request heads are limited by the buffer's size.
+pub const MIN_HEADER_BYTES: usize = 8192;
+
+impl Limits {
+    fn new(upstream_ms: u64, header_ms: u64, body_ms: u64, header_bytes: usize, body_bytes: u64, conns: usize) -> Limits {
+        Limits {
+            upstream_timeout: Duration::from_millis(upstream_ms),
+            header_read_timeout: Duration::from_millis(header_ms),
+            body_read_timeout: (body_ms > 0).then(|| Duration::from_millis(body_ms)),
+            max_header_bytes: header_bytes,
+            max_body_bytes: body_bytes,
+            max_connections: conns,
+        }
+    }
+
+    /// The first key that is out of range, with the fix.
+    fn check(&self, file: &Path) -> Result<(), ProxyError> {
+        if self.upstream_timeout.is_zero() {
+            return Err(invalid(file, "upstream_timeout_ms", "must be at least 1"));
+        }
+        if self.header_read_timeout.is_zero() {
+            return Err(invalid(file, "header_read_timeout_ms", "must be at least 1"));
+        }
+        if self.max_header_bytes < MIN_HEADER_BYTES || self.max_header_bytes > u32::MAX as usize {
+            return Err(invalid(file, "max_header_bytes", format!("must be between {MIN_HEADER_BYTES} and 4294967295")));
+        }
+        if self.max_connections == 0 {
+            return Err(invalid(file, "max_connections", "must be at least 1"));
+        }
+        Ok(())
     }
 }
 
@@ -275,6 +405,7 @@ impl Sidecar {
         if config.max_queue == 0 {
             return Err(invalid(file, "max_queue", "must be at least 1"));
         }
+        config.limits().check(file)?;
         let key = keyring(file, &config.mac)?;
         Ok(Sidecar { config, key })
     }
@@ -311,6 +442,7 @@ impl Edge {
         if config.health_interval_ms == 0 {
             return Err(invalid(file, "health_interval_ms", "must be at least 1"));
         }
+        config.limits().check(file)?;
         let key = keyring(file, &config.mac)?.map(|(k, _)| k);
         Ok(Edge { config, key })
     }

@@ -15,7 +15,7 @@ use tailor_core::Context;
 use tailor_runtime::cpu::{monotonic_ns, realtime_ns};
 
 use crate::config::{Balance, Edge, Order, RouteConfig};
-use crate::forward::{guarded, plain, shed_response, upstream_failed, Body};
+use crate::forward::{declared_too_large, failed, guarded, plain, shed_response, Body};
 use crate::gate::{Gate, GateConfig};
 use crate::headers;
 use crate::sidecar::Shared;
@@ -148,6 +148,10 @@ pub async fn handle(state: Arc<EdgeState>, shared: Shared, mut req: Request<Inco
     let Some(route) = state.route(req.uri().path(), req.headers()) else {
         return plain(StatusCode::NOT_FOUND, "no route matches this request\n");
     };
+    let limits = state.loaded.config.limits();
+    if let Some(refused) = declared_too_large(&req, &limits, grpc) {
+        return refused;
+    }
     let ctx: Context = EdgeRoute { class: route.config.class, budget: route.config.budget_ns() }.stamp(now);
     let h = req.headers_mut();
     headers::strip_context(h);
@@ -178,7 +182,7 @@ pub async fn handle(state: Arc<EdgeState>, shared: Shared, mut req: Request<Inco
     metrics.queue_wait.observe(admitted - arrived);
     let backend = state.pick(route);
     backend.outstanding.fetch_add(1, Relaxed);
-    match shared.upstreams.send(req, backend.addr).await {
+    match shared.upstreams.relay(req, backend.addr, &limits).await {
         Ok(mut response) => {
             metrics.upstream_latency.observe(monotonic_ns() - admitted);
             headers::strip_response(response.headers_mut());
@@ -191,11 +195,14 @@ pub async fn handle(state: Arc<EdgeState>, shared: Shared, mut req: Request<Inco
         }
         Err(e) => {
             backend.outstanding.fetch_sub(1, Relaxed);
-            // Passive check: a connect failure takes it out until the next check passes.
-            backend.healthy.store(false, Relaxed);
-            metrics.upstream_errors.fetch_add(1, Relaxed);
-            tracing::warn!(upstream = %backend.addr, error = %e, "upstream failed");
-            upstream_failed(grpc, &e.to_string())
+            // Passive check: an upstream that failed (not a client's body) is out until the
+            // next check passes.
+            if e.is_upstream() {
+                backend.healthy.store(false, Relaxed);
+            }
+            metrics.relay_failed(&e);
+            tracing::warn!(upstream = %backend.addr, error = %e, "relay failed");
+            failed(grpc, &e)
         }
     }
 }

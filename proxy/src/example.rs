@@ -18,6 +18,14 @@ shed_cannot_meet = true        # shed on arrival what would miss its deadline at
 max_age_ms = 10000             # older GATs are clamped: what a forged context can gain at most
 drain_timeout_ms = 10000       # SIGTERM waits this long for requests in progress
 
+# Bounds (the same keys on the edge): what a hung upstream, a slow or hostile client may cost.
+upstream_timeout_ms = 30000    # response headers from the upstream within this, else 504 (tailor-error: upstream_timeout)
+header_read_timeout_ms = 10000 # a request head within this (slowloris), else the connection is closed
+body_read_timeout_ms = 30000   # an admitted request's body within this, else 408 (body_timeout); 0: none
+max_header_bytes = 65536       # request head at most (>= 8192), else 431
+max_body_bytes = 8388608       # request body at most, else 413 (tailor-error: body_too_large)
+max_connections = 10000        # open client connections per listener; beyond it 503 (tailor-shed: connection_limit)
+
 # [mac]                        # verify contexts (an unsigned or bad one is re-stamped and counted)
 # key_id = "k1"
 # secret_file = "mac.key"      # at least 16 bytes; relative to this file
@@ -44,6 +52,12 @@ health_interval_ms = 1000
 max_queue = 1024
 grpc_timeout = true            # gRPC requests carry the deadline as grpc-timeout
 drain_timeout_ms = 10000
+upstream_timeout_ms = 30000    # bounds as in `tailor proxy example sidecar`
+header_read_timeout_ms = 10000
+body_read_timeout_ms = 30000
+max_header_bytes = 65536
+max_body_bytes = 8388608
+max_connections = 10000
 
 # [mac]
 # key_id = "k1"
@@ -82,6 +96,12 @@ mod tests {
         let e: EdgeConfig = parse_str(f, EDGE).unwrap();
         let e = Edge::check(f, e).unwrap();
         assert_eq!(e.config.routes.len(), 2);
+        // The example shows the defaults the code uses.
+        let bare: SidecarConfig =
+            parse_str(f, "listen = \"127.0.0.1:1\"\nupstream = \"127.0.0.1:2\"").unwrap();
+        let shown: SidecarConfig = parse_str(f, SIDECAR).unwrap();
+        assert_eq!(bare.limits(), shown.limits());
+        assert_eq!(e.config.limits(), shown.limits());
     }
 
     #[test]
@@ -95,6 +115,9 @@ mod tests {
         let zero: SidecarConfig = parse_str(f, &SIDECAR.replace("# c = 4 ", "c = 0 ")).unwrap();
         let err = Sidecar::check(f, zero).unwrap_err().to_string();
         assert!(err.contains("`c`") && err.contains("at least 1"), "{err}");
+        let small: SidecarConfig = parse_str(f, &SIDECAR.replace("max_header_bytes = 65536", "max_header_bytes = 100")).unwrap();
+        let err = Sidecar::check(f, small).unwrap_err().to_string();
+        assert!(err.contains("`max_header_bytes`") && err.contains("8192"), "{err}");
         let e: EdgeConfig = parse_str(f, &EDGE.replace("upstreams = [\"127.0.0.1:8081\"]", "upstreams = []")).unwrap();
         let err = Edge::check(f, e).unwrap_err().to_string();
         assert!(err.contains("routes[0].upstreams"), "{err}");

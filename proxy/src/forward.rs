@@ -1,9 +1,13 @@
-//! Relaying a request to an upstream over HTTP/1.1 or h2c, and the responses the proxy
-//! makes itself (shed, upstream failure) in HTTP and gRPC form.
+//! Relaying a request to an upstream over HTTP/1.1 or h2c, within the proxy's bounds (time
+//! to the upstream's response headers, request body size and time), and the responses the
+//! proxy makes itself (shed, upstream failure, refused body) in HTTP and gRPC form.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context as TaskContext, Poll};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, Version};
@@ -14,19 +18,158 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
+use crate::config::Limits;
 use crate::gate::ShedReason;
-use crate::headers::SHED_HEADER;
+use crate::headers::{ERROR_HEADER, SHED_HEADER};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Every response body the proxy returns.
 pub type Body = UnsyncBoxBody<Bytes, BoxError>;
 
+/// Why a request's body was refused while it was relayed.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("request body larger than max_body_bytes ({0})")]
+    TooLarge(u64),
+    #[error("request body not received within body_read_timeout_ms ({0} ms)")]
+    TimedOut(u128),
+}
+
+/// A client's request body on its way to the upstream: at most `max_body_bytes`, and all of
+/// it within `body_read_timeout_ms` of admission, so a slow client cannot hold a slot.
+pub struct RequestBody {
+    inner: Incoming,
+    left: u64,
+    limit: u64,
+    timeout: Option<(std::time::Duration, Pin<Box<tokio::time::Sleep>>)>,
+    /// When the whole body had been handed on (the upstream's time starts then).
+    sent: Arc<OnceLock<Instant>>,
+}
+
+impl RequestBody {
+    pub fn new(inner: Incoming, max_bytes: u64, timeout: Option<std::time::Duration>) -> RequestBody {
+        let timeout = timeout.map(|t| (t, Box::pin(tokio::time::sleep(t))));
+        let body = RequestBody { inner, left: max_bytes, limit: max_bytes, timeout, sent: Arc::default() };
+        body.mark_if_sent();
+        body
+    }
+
+    fn mark_if_sent(&self) {
+        if self.inner.is_end_stream() {
+            let _ = self.sent.set(Instant::now());
+        }
+    }
+}
+
+impl HttpBody for RequestBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let len = frame.data_ref().map_or(0, |d| d.len() as u64);
+                if len > this.left {
+                    return Poll::Ready(Some(Err(BodyError::TooLarge(this.limit).into())));
+                }
+                this.left -= len;
+                this.mark_if_sent();
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(None) => {
+                let _ = this.sent.set(Instant::now());
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Pending => {
+                if let Some((t, sleep)) = &mut this.timeout {
+                    if sleep.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Some(Err(BodyError::TimedOut(t.as_millis()).into())));
+                    }
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Why relaying a request failed; each has its status and `tailor-error` value.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// No connection to the upstream (refused, unreachable, connect timeout).
+    #[error("cannot connect to the upstream: {0}")]
+    Connect(BoxError),
+    /// No response headers within `upstream_timeout_ms` (a hung upstream).
+    #[error("no response from the upstream within upstream_timeout_ms ({0} ms)")]
+    Timeout(u128),
+    /// The connection closed or was reset before the response (the upstream died).
+    #[error("the upstream closed the connection: {0}")]
+    Closed(BoxError),
+    /// The client's body broke a limit while it was relayed.
+    #[error("{0}")]
+    Body(BodyError),
+}
+
+impl UpstreamError {
+    /// The `tailor-error` value.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            UpstreamError::Connect(_) => "upstream_connect",
+            UpstreamError::Timeout(_) => "upstream_timeout",
+            UpstreamError::Closed(_) => "upstream_closed",
+            UpstreamError::Body(BodyError::TooLarge(_)) => "body_too_large",
+            UpstreamError::Body(BodyError::TimedOut(_)) => "body_timeout",
+        }
+    }
+
+    /// The upstream's fault (counts against its health), not the client's.
+    pub fn is_upstream(&self) -> bool {
+        !matches!(self, UpstreamError::Body(_))
+    }
+
+    fn status(&self) -> (StatusCode, u8) {
+        match self {
+            UpstreamError::Connect(_) | UpstreamError::Closed(_) => (StatusCode::BAD_GATEWAY, 14),
+            UpstreamError::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, 4),
+            UpstreamError::Body(BodyError::TooLarge(_)) => (StatusCode::PAYLOAD_TOO_LARGE, 8),
+            UpstreamError::Body(BodyError::TimedOut(_)) => (StatusCode::REQUEST_TIMEOUT, 4),
+        }
+    }
+
+    fn classify(e: hyper_util::client::legacy::Error) -> UpstreamError {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(s) = source {
+            if let Some(b) = s.downcast_ref::<BodyError>() {
+                return UpstreamError::Body(match b {
+                    BodyError::TooLarge(n) => BodyError::TooLarge(*n),
+                    BodyError::TimedOut(ms) => BodyError::TimedOut(*ms),
+                });
+            }
+            source = s.source();
+        }
+        if e.is_connect() {
+            UpstreamError::Connect(e.into())
+        } else {
+            UpstreamError::Closed(e.into())
+        }
+    }
+}
+
 /// Pooled connections to upstreams: one client per protocol. A request goes out in the
 /// version it came in (h2c in, h2c out), so gRPC keeps HTTP/2 and its trailers.
 #[derive(Clone)]
 pub struct Upstreams {
-    h1: Client<HttpConnector, Incoming>,
-    h2: Client<HttpConnector, Incoming>,
+    h1: Client<HttpConnector, RequestBody>,
+    h2: Client<HttpConnector, RequestBody>,
 }
 
 impl Default for Upstreams {
@@ -48,14 +191,80 @@ impl Default for Upstreams {
 }
 
 impl Upstreams {
-    /// Sends `req` to `addr`, keeping its path, query, headers and body.
-    pub async fn send(&self, mut req: Request<Incoming>, addr: SocketAddr) -> Result<Response<Incoming>, BoxError> {
-        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
-        *req.uri_mut() = format!("http://{addr}{path}").parse()?;
-        let response =
-            if req.version() == Version::HTTP_2 { self.h2.request(req).await? } else { self.h1.request(req).await? };
-        Ok(response)
+    /// Sends `req` to `addr`, keeping its path, query, headers and body, with no bounds.
+    pub async fn send(&self, req: Request<Incoming>, addr: SocketAddr) -> Result<Response<Incoming>, BoxError> {
+        let req = req.map(|b| RequestBody::new(b, u64::MAX, None));
+        Ok(self.request(req, addr).await?)
     }
+
+    /// Sends `req` to `addr` within `limits`: its body at most `max_body_bytes` and within
+    /// `body_read_timeout`, the response headers within `upstream_timeout` of the whole
+    /// request having been sent (a client still sending is bounded by the body's timeout,
+    /// not counted against the upstream).
+    pub async fn relay(
+        &self,
+        req: Request<Incoming>,
+        addr: SocketAddr,
+        limits: &Limits,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let (parts, body) = req.into_parts();
+        let body = RequestBody::new(body, limits.max_body_bytes, limits.body_read_timeout);
+        let sent = body.sent.clone();
+        let wait = limits.upstream_timeout;
+        let response = self.request(Request::from_parts(parts, body), addr);
+        tokio::pin!(response);
+        let mut deadline = tokio::time::Instant::now() + wait;
+        loop {
+            match tokio::time::timeout_at(deadline, &mut response).await {
+                Ok(Ok(response)) => return Ok(response),
+                Ok(Err(e)) => return Err(UpstreamError::classify(e)),
+                Err(_) => match sent.get() {
+                    Some(&at) if at + wait <= Instant::now() => {
+                        return Err(UpstreamError::Timeout(wait.as_millis()))
+                    }
+                    Some(&at) => deadline = (at + wait).into(),
+                    None => deadline = tokio::time::Instant::now() + wait,
+                },
+            }
+        }
+    }
+
+    async fn request(
+        &self,
+        mut req: Request<RequestBody>,
+        addr: SocketAddr,
+    ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
+        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        // An address and a path that came parsed from a URI always make a URI.
+        *req.uri_mut() = format!("http://{addr}{path}").parse().expect("http://ip:port/path is a URI");
+        if req.version() == Version::HTTP_2 {
+            self.h2.request(req).await
+        } else {
+            self.h1.request(req).await
+        }
+    }
+}
+
+/// A request whose declared `content-length` is above `max_body_bytes`: refused before it
+/// waits for a slot (a chunked body is counted as it is relayed).
+pub fn declared_too_large(req: &Request<Incoming>, limits: &Limits, grpc: bool) -> Option<Response<Body>> {
+    let declared = req.headers().get(http::header::CONTENT_LENGTH)?.to_str().ok()?.parse::<u64>().ok()?;
+    (declared > limits.max_body_bytes)
+        .then(|| failed(grpc, &UpstreamError::Body(BodyError::TooLarge(limits.max_body_bytes))))
+}
+
+/// The response to a relay that failed: its status (502, 504, 413, 408; for gRPC a
+/// trailers-only `UNAVAILABLE`, `DEADLINE_EXCEEDED` or `RESOURCE_EXHAUSTED`), the reason in
+/// `tailor-error`.
+pub fn failed(grpc: bool, e: &UpstreamError) -> Response<Body> {
+    let (status, grpc_status) = e.status();
+    let mut r = if grpc {
+        grpc_trailers_only(grpc_status, &format!("tailor: {e}"))
+    } else {
+        plain(status, format!("{e}\n"))
+    };
+    r.headers_mut().insert(ERROR_HEADER, HeaderValue::from_static(e.kind()));
+    r
 }
 
 /// A body from a fixed text.
@@ -90,16 +299,6 @@ pub fn shed_response(reason: ShedReason, grpc: bool) -> Response<Body> {
         r
     };
     r.headers_mut().insert(SHED_HEADER, HeaderValue::from_static(reason.as_str()));
-    r
-}
-
-/// The response when the upstream failed: 502, or gRPC `UNAVAILABLE`.
-pub fn upstream_failed(grpc: bool, why: &str) -> Response<Body> {
-    if grpc {
-        return grpc_trailers_only(14, &format!("tailor: upstream failed: {why}"));
-    }
-    let mut r = Response::new(text(format!("upstream failed: {why}\n")));
-    *r.status_mut() = StatusCode::BAD_GATEWAY;
     r
 }
 

@@ -290,6 +290,12 @@ impl State {
             .count()
             + self.ghosts_waiting.len();
         let before_me = (self.admitted.len() + ahead + 1).saturating_sub(limit);
+        if before_me == 0 {
+            // It goes straight in: never shed on a guess then. A latency estimate from a
+            // slow spell would otherwise shed every arrival for ever, since only admitted
+            // requests give the samples that bring it down again.
+            return None;
+        }
         let waves = before_me.div_ceil(limit) as f64;
         Some(now + ((waves + 1.0) * self.latency_ewma) as Nanos)
     }

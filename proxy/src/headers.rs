@@ -8,6 +8,9 @@ use tailor_core::{Context, Nanos};
 
 /// Response header naming why the sidecar shed a request.
 pub const SHED_HEADER: &str = "tailor-shed";
+/// Response header naming why the proxy could not relay a request (`upstream_timeout`,
+/// `upstream_connect`, `upstream_closed`, `body_too_large`, `body_timeout`).
+pub const ERROR_HEADER: &str = "tailor-error";
 
 /// How the sidecar got a request's context.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

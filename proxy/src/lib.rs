@@ -6,11 +6,13 @@
 //! - `sidecar`: verifies and clamps contexts, admits at most `c` requests in policy order
 //!   (`gate`, with the adaptive `limit`), sheds what cannot meet its deadline; egress
 //!   listeners carry the context on the service's own calls;
-//! - `serve`: listeners, admin endpoint, SIGHUP reload, SIGTERM drain.
+//! - `serve`: listeners, admin endpoint, SIGHUP reload, SIGTERM drain; `conn`: the
+//!   bounds on client connections (count, header time and size).
 //!
 //! How it works and what was measured: `docs/proxy.md`.
 
 pub mod config;
+pub mod conn;
 pub mod edge;
 pub mod example;
 pub mod forward;

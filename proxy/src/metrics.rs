@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use tailor_core::wire::{WireError, WireStats};
 use tailor_core::Nanos;
 
+use crate::forward::UpstreamError;
 use crate::gate::ShedReason;
 use crate::headers::Inbound;
 
@@ -57,7 +58,17 @@ pub struct Metrics {
     pub wire: WireStats,
     pub queue_wait: Histogram,
     pub upstream_latency: Histogram,
+    /// Relays that failed, by `tailor-error` kind (in [`RELAY_ERRORS`] order).
+    pub relay_errors: [AtomicU64; RELAY_ERRORS.len()],
+    /// Client connections open now, on every listener but the admin one.
+    pub connections_open: AtomicU64,
+    /// Connections refused at `max_connections`.
+    pub connections_rejected: AtomicU64,
 }
+
+/// Every `tailor-error` kind, as labelled in `tailor_proxy_relay_errors_total`.
+pub const RELAY_ERRORS: [&str; 5] =
+    ["upstream_connect", "upstream_timeout", "upstream_closed", "body_too_large", "body_timeout"];
 
 fn counter(out: &mut String, name: &str, help: &str, value: u64) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
@@ -71,6 +82,16 @@ impl Metrics {
     pub fn shed(&self, reason: ShedReason) {
         let i = ShedReason::ALL.iter().position(|r| *r == reason).expect("every reason is listed");
         self.shed[i].fetch_add(1, Relaxed);
+    }
+
+    /// Counts a failed relay by kind (and in `upstream_errors` when the upstream failed).
+    pub fn relay_failed(&self, e: &UpstreamError) {
+        if e.is_upstream() {
+            self.upstream_errors.fetch_add(1, Relaxed);
+        }
+        if let Some(i) = RELAY_ERRORS.iter().position(|k| *k == e.kind()) {
+            self.relay_errors[i].fetch_add(1, Relaxed);
+        }
     }
 
     /// Counts how an inbound context was obtained.
@@ -97,6 +118,25 @@ impl Metrics {
             "tailor_proxy_upstream_errors_total",
             "Requests the upstream failed (connect, reset, timeout).",
             self.upstream_errors.load(Relaxed),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP tailor_proxy_relay_errors_total Requests not relayed, by tailor-error kind.\n# TYPE tailor_proxy_relay_errors_total counter"
+        );
+        for (i, kind) in RELAY_ERRORS.iter().enumerate() {
+            let _ = writeln!(out, "tailor_proxy_relay_errors_total{{kind=\"{kind}\"}} {}", self.relay_errors[i].load(Relaxed));
+        }
+        gauge(
+            &mut out,
+            "tailor_proxy_connections_open",
+            "Client connections open.",
+            self.connections_open.load(Relaxed) as usize,
+        );
+        counter(
+            &mut out,
+            "tailor_proxy_connections_rejected_total",
+            "Connections refused at max_connections.",
+            self.connections_rejected.load(Relaxed),
         );
         gauge(&mut out, "tailor_proxy_queue_length", "Requests waiting for admission.", queue);
         gauge(&mut out, "tailor_proxy_in_flight", "Requests inside the upstream.", in_flight);

@@ -18,16 +18,17 @@ use std::time::Duration;
 use http::{HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 
-use crate::config::{Edge, Sidecar};
+use crate::config::{Edge, Limits, Sidecar};
+use crate::conn;
 use crate::edge::{self, EdgeState};
 use crate::forward::{plain, text, Body};
+use crate::metrics::Metrics;
 use crate::sidecar::{self, Shared, SidecarState};
 use crate::ProxyError;
 
@@ -51,19 +52,34 @@ pub fn admin_response(path: &str, draining: bool, metrics: impl FnOnce() -> Stri
     }
 }
 
-/// Accepts on `listener` until `stop` turns true; every connection is watched by `graceful`.
-/// `None`: connections are not drained (the admin listener, which answers until the end).
-async fn accept_loop(
+/// A listener and what serves it.
+struct Listener {
     listener: TcpListener,
     handler: Handler,
+    /// The admin listener: not drained, not counted in `connections_open`.
+    admin: bool,
+}
+
+/// Accepts on `listener` until `stop` turns true; every connection is watched by `graceful`.
+/// `None`: connections are not drained (the admin listener, which answers until the end).
+/// At most `limits.max_connections` connections are open at once (beyond it a connection
+/// gets 503 and is closed); each must send its first request head within the header
+/// read timeout.
+async fn accept_loop(
+    l: Listener,
+    limits: Limits,
+    metrics: Arc<Metrics>,
     mut stop: watch::Receiver<bool>,
     graceful: Option<Arc<GracefulShutdown>>,
 ) {
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let builder = conn::builder(&limits);
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    // The admin listener's connections are not client load: a separate gauge would be noise.
+    let counted = if l.admin { Arc::new(Metrics::default()) } else { metrics };
     loop {
         let stream = tokio::select! {
             _ = stop.changed() => return,
-            accepted = listener.accept() => match accepted {
+            accepted = l.listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 // Out of descriptors and the like: keep serving the connections we have.
                 Err(e) => {
@@ -73,23 +89,35 @@ async fn accept_loop(
                 }
             },
         };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            counted.connections_rejected.fetch_add(1, Relaxed);
+            // Best effort: the answer fits any socket buffer; then the socket is closed.
+            let _ = stream.try_write(conn::REFUSED);
+            continue;
+        };
+        let open = conn::Open::new(counted.clone(), permit);
         let _ = stream.set_nodelay(true);
-        let handler = handler.clone();
+        let served = Arc::new(AtomicBool::new(false));
+        let io = TokioIo::new(conn::FirstRequestDeadline::new(stream, &limits, served.clone()));
+        let handler = l.handler.clone();
         let service = service_fn(move |req| {
+            served.store(true, Relaxed);
             let fut = handler(req);
             async move { Ok::<_, Infallible>(fut.await) }
         });
-        let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+        let conn = builder.serve_connection(io, service).into_owned();
         match &graceful {
             Some(g) => {
                 let watched = g.watch(conn);
                 tokio::spawn(async move {
                     let _ = watched.await;
+                    drop(open);
                 });
             }
             None => {
                 tokio::spawn(async move {
                     let _ = conn.await;
+                    drop(open);
                 });
             }
         }
@@ -130,25 +158,26 @@ pub async fn run_sidecar(path: PathBuf) -> Result<(), ProxyError> {
     let current = reader(&state);
     let s = current();
     let config = &s.loaded.config;
-    let mut listeners: Vec<(TcpListener, Handler, bool)> = Vec::new();
+    let mut listeners: Vec<Listener> = Vec::new();
     let inbound: Handler = {
         let (current, shared) = (current.clone(), shared.clone());
         Arc::new(move |req| Box::pin(sidecar::inbound(current(), shared.clone(), req)))
     };
-    listeners.push((bind(config.listen, "inbound").await?, inbound, false));
+    listeners.push(Listener { listener: bind(config.listen, "inbound").await?, handler: inbound, admin: false });
     for egress in &config.egress {
         let upstream = egress.upstream;
         let (current, shared) = (current.clone(), shared.clone());
         let handler: Handler = Arc::new(move |req| Box::pin(sidecar::egress(current(), shared.clone(), upstream, req)));
-        listeners.push((bind(egress.listen, "egress").await?, handler, false));
+        listeners.push(Listener { listener: bind(egress.listen, "egress").await?, handler, admin: false });
     }
     let draining = Arc::new(AtomicBool::new(false));
     if let Some(addr) = config.admin {
         let (current, shared) = (current.clone(), shared.clone());
         let handler =
             admin_handler(&draining, move |path, draining| sidecar::admin(&current(), &shared, path, draining));
-        listeners.push((bind(addr, "admin").await?, handler, true));
+        listeners.push(Listener { listener: bind(addr, "admin").await?, handler, admin: true });
     }
+    let limits = config.limits();
     tracing::info!(listen = %config.listen, upstream = %config.upstream, order = ?config.order, c = ?config.c, "sidecar ready");
     drop(s);
     let reload = {
@@ -165,7 +194,7 @@ pub async fn run_sidecar(path: PathBuf) -> Result<(), ProxyError> {
         }
     };
     let drain_ms = move || current().loaded.config.drain_timeout_ms;
-    supervise(listeners, draining, reload, drain_ms).await
+    supervise(listeners, limits, shared.metrics.clone(), draining, reload, drain_ms).await
 }
 
 /// Runs the edge of the config file `path` until SIGTERM/SIGINT.
@@ -178,18 +207,19 @@ pub async fn run_edge(path: PathBuf) -> Result<(), ProxyError> {
     let current = reader(&state);
     let s = current();
     let config = &s.loaded.config;
-    let mut listeners: Vec<(TcpListener, Handler, bool)> = Vec::new();
+    let mut listeners: Vec<Listener> = Vec::new();
     let main: Handler = {
         let (current, shared) = (current.clone(), shared.clone());
         Arc::new(move |req| Box::pin(edge::handle(current(), shared.clone(), req)))
     };
-    listeners.push((bind(config.listen, "edge").await?, main, false));
+    listeners.push(Listener { listener: bind(config.listen, "edge").await?, handler: main, admin: false });
     let draining = Arc::new(AtomicBool::new(false));
     if let Some(addr) = config.admin {
         let (current, shared) = (current.clone(), shared.clone());
         let handler = admin_handler(&draining, move |path, draining| edge::admin(&current(), &shared, path, draining));
-        listeners.push((bind(addr, "admin").await?, handler, true));
+        listeners.push(Listener { listener: bind(addr, "admin").await?, handler, admin: true });
     }
+    let limits = config.limits();
     tracing::info!(listen = %config.listen, routes = config.routes.len(), "edge ready");
     drop(s);
     let reload = {
@@ -203,13 +233,15 @@ pub async fn run_edge(path: PathBuf) -> Result<(), ProxyError> {
         }
     };
     let drain_ms = move || current().loaded.config.drain_timeout_ms;
-    supervise(listeners, draining, reload, drain_ms).await
+    supervise(listeners, limits, shared.metrics.clone(), draining, reload, drain_ms).await
 }
 
 /// Serves `listeners`; reloads on SIGHUP (a bad config is reported and the old one kept);
-/// drains on SIGTERM/SIGINT.
+/// drains on SIGTERM/SIGINT. Listener limits (`limits`) change only on restart.
 async fn supervise(
-    listeners: Vec<(TcpListener, Handler, bool)>,
+    listeners: Vec<Listener>,
+    limits: Limits,
+    metrics: Arc<Metrics>,
     draining: Arc<AtomicBool>,
     reload: impl Fn() -> Result<(), ProxyError>,
     drain_ms: impl Fn() -> u64,
@@ -223,12 +255,13 @@ async fn supervise(
     let (stop_tx, stop_rx) = watch::channel(false);
     let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
     let mut loops = Vec::new();
-    for (listener, handler, is_admin) in listeners {
-        if is_admin {
+    for l in listeners {
+        if l.admin {
             // Keeps answering during the drain: /readyz says so.
-            tokio::spawn(accept_loop(listener, handler, admin_stop_rx.clone(), None));
+            tokio::spawn(accept_loop(l, limits, metrics.clone(), admin_stop_rx.clone(), None));
         } else {
-            loops.push(tokio::spawn(accept_loop(listener, handler, stop_rx.clone(), Some(graceful.clone()))));
+            let stop = stop_rx.clone();
+            loops.push(tokio::spawn(accept_loop(l, limits, metrics.clone(), stop, Some(graceful.clone()))));
         }
     }
     tracing::info!("serving; SIGHUP reloads, SIGTERM drains");

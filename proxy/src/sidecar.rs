@@ -12,7 +12,7 @@ use tailor_core::wire::Key;
 use tailor_runtime::cpu::{monotonic_ns, realtime_ns};
 
 use crate::config::Sidecar;
-use crate::forward::{guarded, shed_response, upstream_failed, Body, Upstreams};
+use crate::forward::{declared_too_large, failed, guarded, shed_response, Body, Upstreams};
 use crate::gate::{Gate, GateConfig};
 use crate::headers::{self, Inbound, Trust};
 use crate::metrics::Metrics;
@@ -62,6 +62,10 @@ pub async fn inbound(state: Arc<SidecarState>, shared: Shared, mut req: Request<
         tracing::debug!(kind = e.kind(), "context rejected; request stamped as new");
     }
     let grpc = headers::is_grpc(req.headers());
+    let limits = config.limits();
+    if let Some(refused) = declared_too_large(&req, &limits, grpc) {
+        return refused;
+    }
     let arrived = monotonic_ns();
     let place = match state.gate.enter(&ctx, now) {
         Ok(p) => p,
@@ -83,16 +87,16 @@ pub async fn inbound(state: Arc<SidecarState>, shared: Shared, mut req: Request<
     // OpenTelemetry-instrumented code forwards on its own calls).
     headers::write_context(req.headers_mut(), &ctx, None);
     headers::remove_hop_by_hop(req.headers_mut());
-    match shared.upstreams.send(req, config.upstream).await {
+    match shared.upstreams.relay(req, config.upstream, &limits).await {
         Ok(response) => {
             metrics.upstream_latency.observe(monotonic_ns() - admitted);
             guarded(response, move |_| ticket.finish(monotonic_ns() - admitted))
         }
         Err(e) => {
-            metrics.upstream_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            metrics.relay_failed(&e);
             drop(ticket);
-            tracing::warn!(upstream = %config.upstream, error = %e, "upstream failed");
-            upstream_failed(grpc, &e.to_string())
+            tracing::warn!(upstream = %config.upstream, error = %e, "relay failed");
+            failed(grpc, &e)
         }
     }
 }
@@ -118,11 +122,14 @@ pub async fn egress(
     }
     let grpc = headers::is_grpc(req.headers());
     headers::remove_hop_by_hop(req.headers_mut());
-    match shared.upstreams.send(req, upstream).await {
+    match shared.upstreams.relay(req, upstream, &config.limits()).await {
         Ok(response) => {
             response.map(|b| http_body_util::BodyExt::boxed_unsync(http_body_util::BodyExt::map_err(b, Into::into)))
         }
-        Err(e) => upstream_failed(grpc, &e.to_string()),
+        Err(e) => {
+            shared.metrics.relay_failed(&e);
+            failed(grpc, &e)
+        }
     }
 }
 

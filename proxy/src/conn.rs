@@ -1,0 +1,117 @@
+//! Client connections within bounds: at most `max_connections` open per listener, a
+//! request's head within `header_read_timeout_ms` (slowloris), heads of at most
+//! `max_header_bytes` (431 beyond).
+//!
+//! hyper's HTTP/1.1 header timeout covers a request head once the connection is known to
+//! speak HTTP/1.1; before that (a connection that sends nothing, or an HTTP/2 preface
+//! trickled byte by byte) hyper-util's version detection waits for ever, so the first
+//! request's head is bounded here, on the socket, until the first request arrives.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::config::Limits;
+use crate::metrics::Metrics;
+
+/// What a connection beyond `max_connections` is told before it is closed.
+pub const REFUSED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ntailor-shed: connection_limit\r\n\
+content-type: text/plain\r\ncontent-length: 29\r\nconnection: close\r\n\r\nshed: connection_limit (503)\n";
+
+/// The connection builder for `limits`: header read timeout and header size on HTTP/1.1,
+/// header list size on HTTP/2.
+pub fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes);
+    b.http2().timer(TokioTimer::new()).max_header_list_size(limits.max_header_bytes as u32);
+    b
+}
+
+/// One open client connection: holds its `max_connections` permit and the open gauge.
+pub struct Open {
+    metrics: Arc<Metrics>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Open {
+    pub fn new(metrics: Arc<Metrics>, permit: OwnedSemaphorePermit) -> Open {
+        metrics.connections_open.fetch_add(1, Relaxed);
+        Open { metrics, _permit: permit }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.metrics.connections_open.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A client socket whose reads fail once `header_read_timeout` passes before its first
+/// request arrived (`served`, set by the service); after that it is the plain socket.
+pub struct FirstRequestDeadline {
+    inner: TcpStream,
+    served: Arc<AtomicBool>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl FirstRequestDeadline {
+    pub fn new(inner: TcpStream, limits: &Limits, served: Arc<AtomicBool>) -> FirstRequestDeadline {
+        FirstRequestDeadline { inner, served, timer: Some(Box::pin(tokio::time::sleep(limits.header_read_timeout))) }
+    }
+}
+
+impl AsyncRead for FirstRequestDeadline {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let read = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if read.is_pending() {
+            if this.served.load(Relaxed) {
+                this.timer = None;
+            } else if this.timer.as_mut().is_some_and(|t| t.as_mut().poll(cx).is_ready()) {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no request head within header_read_timeout_ms",
+                )));
+            }
+        }
+        read
+    }
+}
+
+impl AsyncWrite for FirstRequestDeadline {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
