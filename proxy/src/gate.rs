@@ -222,14 +222,15 @@ impl State {
             let mut changed = false;
             for cpu in 0..self.policy.running().len() {
                 let Some(id) = self.policy.running()[cpu] else { continue };
-                if id & GHOST != 0 {
+                // Stale first: a cancelled ghost (a limit decrease undone) is stale too.
+                if !self.stale.is_empty() && self.stale.remove(&id) {
+                    self.policy.complete(0, id);
+                    changed = true;
+                } else if id & GHOST != 0 {
                     if let Some(i) = self.ghosts_waiting.iter().position(|g| *g == id) {
                         self.ghosts_waiting.swap_remove(i);
                         self.ghosts_running.push(id);
                     }
-                } else if !self.stale.is_empty() && self.stale.remove(&id) {
-                    self.policy.complete(0, id);
-                    changed = true;
                 } else if self.waiting.is_empty() {
                     continue;
                 } else if let Some((job, tx)) = self.waiting.remove(&id) {
