@@ -91,7 +91,8 @@ fn the_sidecar_chain_answers_every_request_by_one_gat_and_admits_the_oldest_firs
     // then an older request queue behind it. When the long one calls out (its slot given
     // back), the older is admitted first: it starts at the first tier before the younger.
     let first: Uri = format!("http://{}/", chain.sidecar_addrs[0]).parse().expect("uri");
-    let queued = |k: f64| move || chain.sidecar_metric(0, "tailor_proxy_queue_length").is_ok_and(|q| q == k);
+    let shared = &chain;
+    let queued = |k: f64| move || shared.sidecar_metric(0, "tailor_proxy_queue_length").is_ok_and(|q| q == k);
     wait_for("an empty queue", queued(0.0));
     let t0 = now_ns();
     let ctx = |gat: u64| format!("1.g{gat}.c0.k1.h0");
