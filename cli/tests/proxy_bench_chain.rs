@@ -49,7 +49,8 @@ fn the_sidecar_chain_answers_every_request_by_one_gat_and_admits_the_oldest_firs
     let lines = chain.trace(&chain.entry, &[("baggage", &forged)]).unwrap_or_else(|e| panic!("{e}"));
     let after = now_ns();
     assert_eq!(lines.len(), TIERS, "{lines:?}");
-    let ctx: Vec<_> = lines.iter().map(|l| l.context.unwrap_or_else(|| panic!("a tier got no context: {lines:?}"))).collect();
+    let ctx: Vec<_> =
+        lines.iter().map(|l| l.context.unwrap_or_else(|| panic!("a tier got no context: {lines:?}"))).collect();
     assert!(ctx.iter().all(|c| c.gat == ctx[0].gat), "the GAT changed between tiers: {lines:?}");
     assert!(before <= ctx[0].gat && ctx[0].gat <= after, "not the edge's stamp ({before}..{after}): {lines:?}");
     assert_eq!(ctx.iter().map(|c| c.hop).collect::<Vec<_>>(), vec![0, 1, 2], "{lines:?}");
@@ -81,8 +82,14 @@ fn the_sidecar_chain_answers_every_request_by_one_gat_and_admits_the_oldest_firs
 
     // A few hundred requests open loop: every one answered.
     let n = 300;
-    let plan = Plan { intended_ns: (0..n).map(|i| i as u64 * 4_000_000).collect(), demands_us: vec![vec![100, 100, 100]; n] };
-    let cfg = LoadgenConfig { uri: chain.entry.clone(), timeout: Duration::from_secs(30), max_in_flight: 1024, rt_priority: None };
+    let plan =
+        Plan { intended_ns: (0..n).map(|i| i as u64 * 4_000_000).collect(), demands_us: vec![vec![100, 100, 100]; n] };
+    let cfg = LoadgenConfig {
+        uri: chain.entry.clone(),
+        timeout: Duration::from_secs(30),
+        max_in_flight: 1024,
+        rt_priority: None,
+    };
     let records = loadgen::run(&plan, &cfg).expect("the generator starts");
     let failed: Vec<_> = records.iter().filter(|r| r.outcome != Outcome::Ok).collect();
     assert!(failed.is_empty(), "{} of {n} requests failed, e.g. {:?}", failed.len(), failed.first());
@@ -97,17 +104,25 @@ fn the_sidecar_chain_answers_every_request_by_one_gat_and_admits_the_oldest_firs
     let t0 = now_ns();
     let ctx = |gat: u64| format!("1.g{gat}.c0.k1.h0");
     let (blocker, younger, older) = std::thread::scope(|s| {
-        let blocker = s.spawn(|| chain.trace(&first, &[("tailor-context", &ctx(t0)), ("tailor-demand-us", "300000,0,0")]));
-        wait_for("the long request inside", || chain.sidecar_metric(0, "tailor_proxy_in_flight").is_ok_and(|v| v == 1.0));
+        let blocker =
+            s.spawn(|| chain.trace(&first, &[("tailor-context", &ctx(t0)), ("tailor-demand-us", "300000,0,0")]));
+        wait_for("the long request inside", || {
+            chain.sidecar_metric(0, "tailor_proxy_in_flight").is_ok_and(|v| v == 1.0)
+        });
         let younger = s.spawn(|| chain.trace(&first, &[("tailor-context", &ctx(t0 - 1_000_000_000))]));
         wait_for("the younger request waiting", queued(1.0));
         let older = s.spawn(|| chain.trace(&first, &[("tailor-context", &ctx(t0 - 2_000_000_000))]));
         wait_for("both requests waiting", queued(2.0));
-        let j = |h: std::thread::ScopedJoinHandle<'_, Result<_, String>>| h.join().expect("thread").unwrap_or_else(|e| panic!("{e}"));
+        let j = |h: std::thread::ScopedJoinHandle<'_, Result<_, String>>| {
+            h.join().expect("thread").unwrap_or_else(|e| panic!("{e}"))
+        };
         (j(blocker), j(younger), j(older))
     });
     assert!(blocker[0].seq < younger[0].seq && blocker[0].seq < older[0].seq);
-    assert!(older[0].seq < younger[0].seq, "the younger request was admitted first: older {older:?}, younger {younger:?}");
+    assert!(
+        older[0].seq < younger[0].seq,
+        "the younger request was admitted first: older {older:?}, younger {younger:?}"
+    );
 
     // No slot leaks: every sidecar ends with nothing inside and nothing waiting.
     for tier in 0..TIERS {

@@ -424,6 +424,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_limit_decrease_undone_before_it_took_effect_frees_its_slot() {
+        let g = gate(Order::Orf, Some(2));
+        let first = g.enter(&ctx(1), 10).unwrap();
+        let _second = g.enter(&ctx(2), 10).unwrap();
+        {
+            let mut st = g.lock();
+            st.set_limit(1); // a ghost waits for the next free slot...
+            st.set_limit(2); // ...and is cancelled (stale) before it gets one
+        }
+        drop(first); // the freed slot goes to the stale ghost, which must complete at once
+        let mut third = g.enter(&ctx(3), 10).unwrap();
+        assert!(admitted(&mut third), "a cancelled ghost kept the slot");
+    }
+
+    #[tokio::test]
     async fn cancelled_waiters_never_leak_slots_or_memory() {
         let g = gate(Order::Edf, Some(2));
         for round in 0..100 {

@@ -280,7 +280,8 @@ mod tests {
 
     #[tokio::test]
     async fn requests_sharing_a_key_release_only_their_own_slot() {
-        let gate = Gate::new(GateConfig { order: Order::Orf, c: Some(2), c_max: 4, max_queue: 16, shed_cannot_meet: false });
+        let gate =
+            Gate::new(GateConfig { order: Order::Orf, c: Some(2), c_max: 4, max_queue: 16, shed_cannot_meet: false });
         let inside = Arc::new(Inside::default());
         let first = inside.enter((10, 0), admit(&gate, 10).await, monotonic_ns());
         let second = inside.enter((10, 0), admit(&gate, 10).await, monotonic_ns());

@@ -110,7 +110,9 @@ fn version(cmd: &str, arg: &str) -> String {
 fn ensure_installed(install: bool, say: &dyn Progress) -> Vec<String> {
     let missing: Vec<&str> = ["nginx", "haproxy"]
         .into_iter()
-        .filter(|p| !Command::new("sh").args(["-c", &format!("command -v {p}")]).output().is_ok_and(|o| o.status.success()))
+        .filter(|p| {
+            !Command::new("sh").args(["-c", &format!("command -v {p}")]).output().is_ok_and(|o| o.status.success())
+        })
         .collect();
     if missing.is_empty() || !install {
         return missing.iter().map(|p| format!("{p}: not installed (install the Debian package `{p}`)")).collect();
@@ -152,13 +154,19 @@ fn haproxy_config(port: u16, upstream: &str, workers: usize) -> String {
 }
 
 /// Starts the upstream and every proxy in front of it.
-fn start(programs: &Programs, cfg: &CostConfig, procs: &mut Processes, skipped: &mut Vec<String>) -> Result<Vec<Target>, String> {
+fn start(
+    programs: &Programs,
+    cfg: &CostConfig,
+    procs: &mut Processes,
+    skipped: &mut Vec<String>,
+) -> Result<Vec<Target>, String> {
     let logs = cfg.out.join("logs");
     std::fs::create_dir_all(logs.join("nginx-tmp")).map_err(|e| format!("creating {}: {e}", logs.display()))?;
     let dir = std::path::absolute(&logs).map_err(|e| e.to_string())?;
     let mut go = Command::new(&programs.go_service);
     go.args(["-addr", "127.0.0.1:0"]);
-    let upstream = address_in(&procs.start_printing("upstream", go, &logs.join("cost-upstream.log"), "listening on ")?)?;
+    let upstream =
+        address_in(&procs.start_printing("upstream", go, &logs.join("cost-upstream.log"), "listening on ")?)?;
     let mut targets = vec![Target { name: "direct".into(), uri: format!("http://{upstream}/"), pid: None }];
     let workers = cfg.workers.to_string();
 
@@ -168,7 +176,9 @@ fn start(programs: &Programs, cfg: &CostConfig, procs: &mut Processes, skipped: 
     let mut nginx = Command::new("nginx");
     nginx.arg("-p").arg(&dir).arg("-e").arg(dir.join("nginx-error.log")).arg("-c").arg(&conf);
     match procs.start_listening("nginx", nginx, &logs.join("nginx.log"), &format!("127.0.0.1:{port}")) {
-        Ok(pid) => targets.push(Target { name: "nginx".into(), uri: format!("http://127.0.0.1:{port}/"), pid: Some(pid) }),
+        Ok(pid) => {
+            targets.push(Target { name: "nginx".into(), uri: format!("http://127.0.0.1:{port}/"), pid: Some(pid) })
+        }
         Err(e) => skipped.push(format!("nginx: {e}")),
     }
 
@@ -178,13 +188,16 @@ fn start(programs: &Programs, cfg: &CostConfig, procs: &mut Processes, skipped: 
     let mut haproxy = Command::new("haproxy");
     haproxy.arg("-db").arg("-f").arg(&conf);
     match procs.start_listening("haproxy", haproxy, &logs.join("haproxy.log"), &format!("127.0.0.1:{port}")) {
-        Ok(pid) => targets.push(Target { name: "haproxy".into(), uri: format!("http://127.0.0.1:{port}/"), pid: Some(pid) }),
+        Ok(pid) => {
+            targets.push(Target { name: "haproxy".into(), uri: format!("http://127.0.0.1:{port}/"), pid: Some(pid) })
+        }
         Err(e) => skipped.push(format!("haproxy: {e}")),
     }
 
     let port = free_port()?;
     let conf = dir.join("cost-sidecar.toml");
-    let text = format!("listen = \"127.0.0.1:{port}\"\nupstream = \"{upstream}\"\norder = \"orf\"\ndrain_timeout_ms = 100\n");
+    let text =
+        format!("listen = \"127.0.0.1:{port}\"\nupstream = \"{upstream}\"\norder = \"orf\"\ndrain_timeout_ms = 100\n");
     std::fs::write(&conf, text).map_err(|e| e.to_string())?;
     let mut sidecar = Command::new(&programs.tailor);
     sidecar.args(["proxy", "sidecar", "--config"]).arg(&conf).env("TOKIO_WORKER_THREADS", &workers);
@@ -393,18 +406,45 @@ pub fn tables(r: &CostReport) -> String {
     };
     let _ = writeln!(s, "| relay | rate req/s | p50 ms | p99 ms | added p50 µs | added p99 µs | added p50 ÷ nginx | added p99 ÷ nginx | failed |");
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
-    for (ri, rate) in r.results.first().map(|t| t.rates.iter().map(|p| p.rate).collect::<Vec<_>>()).unwrap_or_default().iter().enumerate() {
+    for (ri, rate) in r
+        .results
+        .first()
+        .map(|t| t.rates.iter().map(|p| p.rate).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
         for t in &r.results {
             let p = &t.rates[ri];
             let (a50, a99) = (added(t, ri, false), added(t, ri, true));
             let n50 = nginx.and_then(|n| added(n, ri, false));
             let n99 = nginx.and_then(|n| added(n, ri, true));
-            let show = |v: Option<f64>| if t.name == "direct" { "-".into() } else { v.map_or("-".into(), |v| format!("{v:.0}")) };
-            let rat = |a: Option<f64>, b: Option<f64>| if t.name == "direct" { "-".into() } else { ratio(a.map(|x| x.max(1.0)), b.map(|x| x.max(1.0))) };
+            let show = |v: Option<f64>| {
+                if t.name == "direct" {
+                    "-".into()
+                } else {
+                    v.map_or("-".into(), |v| format!("{v:.0}"))
+                }
+            };
+            let rat = |a: Option<f64>, b: Option<f64>| {
+                if t.name == "direct" {
+                    "-".into()
+                } else {
+                    ratio(a.map(|x| x.max(1.0)), b.map(|x| x.max(1.0)))
+                }
+            };
             let _ = writeln!(
                 s,
                 "| {} | {rate:.0} | {:.3} | {:.3} | {} | {} | {} | {} | {}/{} |",
-                t.name, p.p50_ms, p.p99_ms, show(a50), show(a99), rat(a50, n50), rat(a99, n99), p.failed, p.requests
+                t.name,
+                p.p50_ms,
+                p.p99_ms,
+                show(a50),
+                show(a99),
+                rat(a50, n50),
+                rat(a99, n99),
+                p.failed,
+                p.requests
             );
         }
     }
@@ -452,11 +492,22 @@ pub fn verdict(r: &CostReport) -> String {
         );
     }
     if let (Some(a), Some(b)) = (t.cpu_per_request_us, n.cpu_per_request_us) {
-        let _ = writeln!(s, "- CPU per request {a:.1} µs vs nginx {b:.1} µs: {:.2}× (target ≤ 1.2×: {})", a / b, if a / b <= 1.2 { "met" } else { "not met" });
+        let _ = writeln!(
+            s,
+            "- CPU per request {a:.1} µs vs nginx {b:.1} µs: {:.2}× (target ≤ 1.2×: {})",
+            a / b,
+            if a / b <= 1.2 { "met" } else { "not met" }
+        );
     }
     if n.peak_rps_median > 0.0 {
         let x = t.peak_rps_median / n.peak_rps_median;
-        let _ = writeln!(s, "- peak throughput {:.0} vs nginx {:.0} req/s: {x:.2}× (target ≥ 0.8×: {})", t.peak_rps_median, n.peak_rps_median, if x >= 0.8 { "met" } else { "not met" });
+        let _ = writeln!(
+            s,
+            "- peak throughput {:.0} vs nginx {:.0} req/s: {x:.2}× (target ≥ 0.8×: {})",
+            t.peak_rps_median,
+            n.peak_rps_median,
+            if x >= 0.8 { "met" } else { "not met" }
+        );
     }
     s
 }

@@ -40,7 +40,10 @@ impl Programs {
     /// missing (Go, python3) and how to get it; tests skip with it.
     pub fn prepare(tailor: &Path, out: &Path) -> Result<Programs, String> {
         if !tailor.is_file() {
-            return Err(format!("{} is missing; build it with `cargo build --release -p tailor-cli`", tailor.display()));
+            return Err(format!(
+                "{} is missing; build it with `cargo build --release -p tailor-cli`",
+                tailor.display()
+            ));
         }
         let dir = std::path::absolute(out).map_err(|e| format!("{}: {e}", out.display()))?;
         let go_dir = dir.join("plain-go");
@@ -75,7 +78,13 @@ pub struct Processes(Vec<Member>);
 impl Processes {
     /// Starts `cmd`, its output copied to `log`; ready at the first line containing
     /// `marker`, which is returned.
-    pub fn start_printing(&mut self, name: &'static str, cmd: Command, log: &Path, marker: &'static str) -> Result<String, String> {
+    pub fn start_printing(
+        &mut self,
+        name: &'static str,
+        cmd: Command,
+        log: &Path,
+        marker: &'static str,
+    ) -> Result<String, String> {
         let (m, line) = start_member(name, cmd, log, marker)?;
         self.0.push(m);
         Ok(line)
@@ -83,7 +92,13 @@ impl Processes {
 
     /// Starts `cmd` (a server that prints nothing when ready: nginx, HAProxy), its output
     /// going to `log`; ready when `addr` accepts a connection (within 10 s).
-    pub fn start_listening(&mut self, name: &'static str, mut cmd: Command, log: &Path, addr: &str) -> Result<u32, String> {
+    pub fn start_listening(
+        &mut self,
+        name: &'static str,
+        mut cmd: Command,
+        log: &Path,
+        addr: &str,
+    ) -> Result<u32, String> {
         let file = std::fs::File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
         let err = file.try_clone().map_err(|e| e.to_string())?;
         let child = cmd
