@@ -24,7 +24,7 @@ pub struct CpuUsage {
     pub cpu_per_request_us: f64,
 }
 
-fn ticks_per_sec() -> f64 {
+pub fn ticks_per_sec() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if t > 0 {
@@ -44,7 +44,7 @@ fn machine_busy_ticks() -> Option<u64> {
 }
 
 /// utime + stime of a process (all its threads, live and exited), ticks.
-fn process_ticks(pid: u32) -> u64 {
+pub fn process_ticks(pid: u32) -> u64 {
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
     // The command name is in parentheses and may contain spaces: split after the last ')'.
     let Some(rest) = text.rfind(')').map(|i| &text[i + 1..]) else { return 0 };

@@ -19,6 +19,7 @@ pub mod ideal;
 pub mod loadgen;
 pub mod polyglot;
 pub mod predict;
+pub mod proxybench;
 pub mod record;
 pub mod soak;
 pub mod tier;

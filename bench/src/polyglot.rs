@@ -132,14 +132,14 @@ impl Tools {
 }
 
 /// A started process whose output is copied to a log; readiness is a line it prints.
-struct Member {
-    name: &'static str,
-    child: Child,
+pub(crate) struct Member {
+    pub(crate) name: &'static str,
+    pub(crate) child: Child,
 }
 
 /// Starts `cmd` with stdout and stderr copied to `log`; returns it and the first line
 /// that contains `marker` (within 20 s), or why not.
-fn start_member(
+pub(crate) fn start_member(
     name: &'static str,
     mut cmd: Command,
     log: &Path,
@@ -189,7 +189,7 @@ fn start_member(
 }
 
 /// SIGTERM by pid (each tier restores what it changed and exits), SIGKILL after 3 s.
-fn stop_member(mut m: Member) {
+pub(crate) fn stop_member(mut m: Member) {
     // SAFETY: kill(2) on the pid of a child we started and have not reaped.
     unsafe { libc::kill(m.child.id() as libc::pid_t, libc::SIGTERM) };
     stop_child(&mut m.child, Instant::now() + Duration::from_secs(3));
@@ -197,7 +197,7 @@ fn stop_member(mut m: Member) {
 }
 
 /// The address after `listening on ` in a readiness line.
-fn address_in(line: &str) -> Result<String, String> {
+pub(crate) fn address_in(line: &str) -> Result<String, String> {
     line.split("listening on ")
         .nth(1)
         .and_then(|rest| rest.split_whitespace().next())
@@ -207,7 +207,7 @@ fn address_in(line: &str) -> Result<String, String> {
 
 /// A free loopback port (bound, then released for the edge to bind; the edge's own
 /// readiness line confirms it got it).
-fn free_port() -> Result<u16, String> {
+pub(crate) fn free_port() -> Result<u16, String> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
     l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
 }
@@ -371,7 +371,7 @@ impl Seen {
 
 /// A blocking HTTP/1.1 exchange on a fresh connection (`request` is the whole head,
 /// `connection: close`): status and body.
-fn http_get(entry: &Uri, request: &str) -> Result<(u16, String), String> {
+pub(crate) fn http_get(entry: &Uri, request: &str) -> Result<(u16, String), String> {
     use std::io::Read as _;
     let addr = format!("{}:{}", entry.host().unwrap_or("127.0.0.1"), entry.port_u16().unwrap_or(80));
     let mut stream = std::net::TcpStream::connect(&addr).map_err(|e| format!("connecting to {addr}: {e}"))?;

@@ -3,6 +3,7 @@
 //! daemons (the kernel scheduler agent and the node tier agent).
 
 mod agent;
+mod benchproxy;
 mod demo;
 mod fanout;
 mod ladder;
@@ -70,6 +71,8 @@ enum BenchCommand {
     Fanout(fanout::DemoArgs),
     /// Probe p99 under 0/1/2/4/8 best-effort spinners: stock vs the node tier agent enforcing.
     Ladder(ladder::LadderArgs),
+    /// Tailor's proxies against nginx and HAProxy, and sidecars in front of a chain of plain Go/Python services.
+    Proxy(benchproxy::BenchProxyArgs),
 }
 
 fn main() {
@@ -85,6 +88,7 @@ fn main() {
         Command::Reproduce(args) => reproduce::main(args),
         Command::Node(args) => node::main(args),
         Command::Bench(BenchCommand::Ladder(args)) => ladder::main(args),
+        Command::Bench(BenchCommand::Proxy(args)) => benchproxy::main(args),
         Command::Bench(BenchCommand::Chain(args)) | Command::Demo(args) => demo::main(args),
         Command::Bench(BenchCommand::Fanout(args)) => fanout::run_demo(args),
         Command::Fanout(args) => fanout::main(args),

@@ -3,17 +3,19 @@
 //! most `c` into the service; its egress listeners re-attach the context to the calls
 //! the service makes, from the W3C `baggage` the service forwarded.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use http::{Request, Response};
 use hyper::body::Incoming;
 use tailor_core::wire::Key;
+use tailor_core::Nanos;
 use tailor_runtime::cpu::{monotonic_ns, realtime_ns};
 
 use crate::config::Sidecar;
 use crate::forward::{declared_too_large, failed, guarded, shed_response, Body, Upstreams};
-use crate::gate::{Gate, GateConfig};
+use crate::gate::{Gate, GateConfig, Ticket};
 use crate::headers::{self, Inbound, Trust};
 use crate::metrics::Metrics;
 
@@ -23,11 +25,98 @@ pub struct SidecarState {
     pub gate: Arc<Gate>,
 }
 
-/// What outlives reloads: metrics and the upstream connection pools.
+/// What outlives reloads: metrics, the upstream connection pools, the requests inside.
 #[derive(Clone, Default)]
 pub struct Shared {
     pub metrics: Arc<Metrics>,
     pub upstreams: Upstreams,
+    pub inside: Arc<Inside>,
+}
+
+/// A request's slot in the service: the gate's ticket and when it was admitted. Given
+/// back exactly once (the `Option` is taken): by the request's first call out through an
+/// egress listener, by the end of its response, or when the request is dropped (failed
+/// upstream, client gone, cancelled), whichever comes first.
+struct Slot(Mutex<Option<(Ticket, Nanos)>>);
+
+impl Slot {
+    /// Gives the slot back if it is still held; `sample`: the time since admission is a
+    /// latency sample for the adaptive limit (the service's own work, done or handed on).
+    fn give_back(&self, sample: bool) {
+        let taken = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match taken {
+            Some((ticket, admitted)) if sample => ticket.finish(monotonic_ns() - admitted),
+            _ => {} // a ticket dropped unfinished leaves the gate without a sample
+        }
+    }
+}
+
+/// The requests inside the service, by the (GAT, hop) of the context they were admitted
+/// with. When the service calls its next hop through an egress listener with that
+/// context, the request's slot is given back: the service now waits on the next tier
+/// instead of using its CPU, and holding the slot for the rest of the chain would let
+/// only `c` requests into the whole chain below it (the simulator's `admit` gate, which
+/// models the sidecar, also covers only the service's own work). Two requests inside at
+/// once with one (GAT, hop) are possible only with clamped or forged contexts: the later
+/// one's call-out then releases only its own slot, and the earlier holds its slot until
+/// its response ends.
+#[derive(Default)]
+pub struct Inside(Mutex<HashMap<(Nanos, u32), Arc<Slot>>>);
+
+impl Inside {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<(Nanos, u32), Arc<Slot>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Puts an admitted request inside; the returned guard gives its slot back on drop
+    /// at the latest.
+    fn enter(self: &Arc<Self>, key: (Nanos, u32), ticket: Ticket, admitted: Nanos) -> Held {
+        let slot = Arc::new(Slot(Mutex::new(Some((ticket, admitted)))));
+        self.map().insert(key, slot.clone());
+        Held { inside: self.clone(), key, slot }
+    }
+
+    /// The service called out with the context of `key`: its request leaves the gate.
+    fn called_out(&self, key: (Nanos, u32)) {
+        let slot = self.map().remove(&key);
+        if let Some(slot) = slot {
+            slot.give_back(true);
+        }
+    }
+
+    /// Requests inside that have not called out (for tests and metrics).
+    pub fn len(&self) -> usize {
+        self.map().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// An inbound request's hold on its slot, for as long as the request is being served.
+struct Held {
+    inside: Arc<Inside>,
+    key: (Nanos, u32),
+    slot: Arc<Slot>,
+}
+
+impl Held {
+    fn release(&self, sample: bool) {
+        {
+            let mut map = self.inside.map();
+            if map.get(&self.key).is_some_and(|s| Arc::ptr_eq(s, &self.slot)) {
+                map.remove(&self.key);
+            }
+        }
+        self.slot.give_back(sample);
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.release(false);
+    }
 }
 
 impl SidecarState {
@@ -87,14 +176,17 @@ pub async fn inbound(state: Arc<SidecarState>, shared: Shared, mut req: Request<
     // OpenTelemetry-instrumented code forwards on its own calls).
     headers::write_context(req.headers_mut(), &ctx, None);
     headers::remove_hop_by_hop(req.headers_mut());
+    let key = (ctx.gat, ctx.hop as u32);
+    // Dropped with this future if the client goes away before the upstream answers.
+    let held = shared.inside.enter(key, ticket, admitted);
     match shared.upstreams.relay(req, config.upstream, &limits).await {
         Ok(response) => {
             metrics.upstream_latency.observe(monotonic_ns() - admitted);
-            guarded(response, move |_| ticket.finish(monotonic_ns() - admitted))
+            guarded(response, move |_| held.release(true))
         }
         Err(e) => {
             metrics.relay_failed(&e);
-            drop(ticket);
+            drop(held);
             tracing::warn!(upstream = %config.upstream, error = %e, "relay failed");
             failed(grpc, &e)
         }
@@ -117,6 +209,7 @@ pub async fn egress(
     let trust = Trust { keys: None, max_age_ns: config.max_age_ns() };
     let (ctx, how) = headers::inbound(req.headers(), now, trust, &shared.metrics.wire);
     if how == Inbound::Carried {
+        shared.inside.called_out((ctx.gat, ctx.hop as u32));
         let key: Option<&Key> = state.loaded.key.as_ref().map(|(k, _)| k);
         headers::write_context(req.headers_mut(), &ctx.child(), key);
     }
@@ -139,4 +232,71 @@ pub fn admin(state: &SidecarState, shared: &Shared, path: &str, draining: bool) 
         let (queue, in_flight, limit) = state.gate.snapshot();
         shared.metrics.render(queue, in_flight, Some(limit))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Order;
+    use tailor_core::Context;
+
+    fn one_slot_gate() -> Arc<Gate> {
+        Gate::new(GateConfig { order: Order::Orf, c: Some(1), c_max: 4, max_queue: 16, shed_cannot_meet: false })
+    }
+
+    async fn admit(gate: &Arc<Gate>, gat: Nanos) -> Ticket {
+        gate.enter(&Context::stamped(gat), gat + 1).unwrap().wait(tailor_core::time::NEVER).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_call_out_gives_the_slot_back_once_and_the_response_end_does_not_again() {
+        let gate = one_slot_gate();
+        let inside = Arc::new(Inside::default());
+        let held = inside.enter((10, 0), admit(&gate, 10).await, monotonic_ns());
+        assert_eq!(gate.snapshot(), (0, 1, 1));
+        let waiting = gate.enter(&Context::stamped(20), 21).unwrap();
+        inside.called_out((10, 0));
+        assert_eq!(gate.snapshot(), (0, 1, 1), "the waiting request took the freed slot");
+        assert!(inside.is_empty());
+        inside.called_out((10, 0)); // a second call out of the same request: nothing more
+        let next = waiting.wait(tailor_core::time::NEVER).await.unwrap();
+        drop(held); // the first request's response ends: its slot was already given back
+        assert_eq!(gate.snapshot(), (0, 1, 1), "the second request still holds the only slot");
+        drop(next);
+        assert_eq!(gate.snapshot(), (0, 0, 1));
+    }
+
+    #[tokio::test]
+    async fn a_request_that_never_calls_out_gives_its_slot_back_when_dropped() {
+        let gate = one_slot_gate();
+        let inside = Arc::new(Inside::default());
+        let held = inside.enter((10, 0), admit(&gate, 10).await, monotonic_ns());
+        held.release(true); // response ended
+        assert_eq!(gate.snapshot(), (0, 0, 1));
+        assert!(inside.is_empty());
+        drop(held);
+        // Failed upstream or cancelled request: the guard alone releases it.
+        let held = inside.enter((30, 1), admit(&gate, 30).await, monotonic_ns());
+        drop(held);
+        assert_eq!(gate.snapshot(), (0, 0, 1));
+        assert!(inside.is_empty());
+        // A stale call-out for a request already gone finds nothing.
+        inside.called_out((30, 1));
+        assert_eq!(gate.snapshot(), (0, 0, 1));
+    }
+
+    #[tokio::test]
+    async fn requests_sharing_a_key_release_only_their_own_slot() {
+        let gate =
+            Gate::new(GateConfig { order: Order::Orf, c: Some(2), c_max: 4, max_queue: 16, shed_cannot_meet: false });
+        let inside = Arc::new(Inside::default());
+        let first = inside.enter((10, 0), admit(&gate, 10).await, monotonic_ns());
+        let second = inside.enter((10, 0), admit(&gate, 10).await, monotonic_ns());
+        inside.called_out((10, 0));
+        assert_eq!(gate.snapshot(), (0, 1, 2), "one slot given back");
+        drop(first);
+        assert_eq!(gate.snapshot(), (0, 0, 2));
+        drop(second);
+        assert_eq!(gate.snapshot(), (0, 0, 2));
+    }
 }

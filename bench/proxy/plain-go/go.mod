@@ -1,0 +1,3 @@
+module tailor.dev/bench/proxy/plain-go
+
+go 1.22

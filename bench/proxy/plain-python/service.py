@@ -1,0 +1,132 @@
+"""A plain Python service for the proxy benchmark (docs/proxy.md): stdlib only, it knows
+nothing of Tailor. ``--workers`` processes (pre-forked, sharing one listening socket, as
+gunicorn's workers do, so the GIL does not make it one CPU) each run a
+ThreadingHTTPServer. Each request burns the CPU it asks for (value ``--index`` of the
+``tailor-demand-us`` header, µs) and, with ``--downstream``, then calls the next tier
+forwarding only the W3C ``baggage`` header (and the benchmark's demand header). The reply
+body is one line per tier, this tier's first:
+``tier <index> seq <order this worker started serving it> baggage <baggage it got>``.
+"""
+
+import argparse
+import http.client
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+DEMAND_HEADER = "tailor-demand-us"
+
+
+def burn(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:  # this thread's CPU time
+        pass
+
+
+def demand_of(value, index):
+    parts = (value or "").split(",")
+    try:
+        return int(parts[index].strip()) / 1e6 if index < len(parts) else 0.0
+    except ValueError:
+        return 0.0
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--index", type=int, default=0)
+    p.add_argument("--downstream", default="", help="http://host:port/ of the next tier (the sidecar's egress)")
+    p.add_argument("--workers", type=int, default=2)
+    args = p.parse_args()
+    down = urllib.parse.urlsplit(args.downstream) if args.downstream else None
+    local = threading.local()
+    seq = iter(range(1, 1 << 62))
+    seq_lock = threading.Lock()
+
+    def call_down(headers):
+        for attempt in (0, 1):  # a kept-alive connection the peer closed: reconnect once
+            conn = getattr(local, "conn", None)
+            if conn is None:
+                conn = local.conn = http.client.HTTPConnection(down.hostname, down.port, timeout=30)
+            try:
+                conn.request("GET", down.path or "/", headers=headers)
+                resp = conn.getresponse()
+                return resp.status, resp.read()
+            except (http.client.HTTPException, OSError):
+                conn.close()
+                local.conn = None
+                if attempt:
+                    raise
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            with seq_lock:
+                n = next(seq)
+            demand_header = self.headers.get(DEMAND_HEADER)
+            burn(demand_of(demand_header, args.index))
+            baggage = self.headers.get("baggage")
+            body = f"tier {args.index} seq {n} baggage {baggage or ''}\n".encode()
+            status = 200
+            if down is not None:
+                headers = {DEMAND_HEADER: demand_header or ""}
+                if baggage:
+                    headers["baggage"] = baggage
+                try:
+                    status, below = call_down(headers)
+                except (http.client.HTTPException, OSError) as e:
+                    status, below = 502, f"downstream: {e}\n".encode()
+                body += below
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
+    sock.listen(1024)
+    children = []
+    for _ in range(max(1, args.workers)):
+        pid = os.fork()
+        if pid == 0:
+            try:  # die with the parent, even if it is killed with SIGKILL
+                import ctypes
+
+                ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+            except (OSError, AttributeError):
+                pass
+            server = ThreadingHTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
+            server.socket.close()
+            server.socket = sock
+            server.daemon_threads = True
+            server.serve_forever()
+            os._exit(0)
+        children.append(pid)
+
+    def stop(*_):
+        for c in children:
+            try:
+                os.kill(c, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"plain-python tier {args.index} listening on 127.0.0.1:{sock.getsockname()[1]}", flush=True)
+    for c in children:
+        os.waitpid(c, 0)
+
+
+if __name__ == "__main__":
+    main()

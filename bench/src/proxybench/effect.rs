@@ -1,0 +1,641 @@
+//! The sidecar's effect on a chain it does not change: edge → Go → Python → Go, plain
+//! services that burn the CPU demand each request carries and forward `baggage` to their
+//! next hop, with no sidecars, with one sidecar per tier admitting `c` at a time in FIFO
+//! order, and with sidecars admitting by GAT (orf). The same requests (Poisson arrivals,
+//! TailClipper's Exp and Trimodal demands) go to each chain in turn at each load and seed,
+//! and each run is printed beside the simulator's prediction for it (the sidecar modelled
+//! as the simulator's cooperative `admit` gate, bench/src/predict.rs).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use http::Uri;
+use serde::Serialize;
+use tailor_core::{Nanos, Progress};
+use tailor_sim::plot::{line_plot_styled, Line, Series};
+
+use super::{load_average, Processes, Programs};
+use crate::cpuacct::{self, CpuUsage};
+use crate::demo::{plan_for, DemoConfig, Mode};
+use crate::loadgen::{self, LoadgenConfig, Plan};
+use crate::polyglot::{address_in, free_port, http_get};
+use crate::predict::{self, ModeModel, PredictSpec};
+use crate::record::{summarize, RunSummary};
+use crate::workload::Workload;
+
+/// Tiers behind the edge: Go, Python, Go.
+pub const TIERS: usize = 3;
+
+/// What sits in front of each tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sidecars {
+    /// The services call each other directly; every request runs at once.
+    None,
+    /// A sidecar per tier, `c` inside at a time, local arrival order.
+    Fifo,
+    /// A sidecar per tier, `c` inside at a time, oldest GAT first.
+    Orf,
+}
+
+impl Sidecars {
+    pub const ALL: [Sidecars; 3] = [Sidecars::None, Sidecars::Fifo, Sidecars::Orf];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Sidecars::None => "none",
+            Sidecars::Fifo => "fifo",
+            Sidecars::Orf => "orf",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Sidecars, String> {
+        Sidecars::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("unknown sidecars `{s}`; use none, fifo or orf"))
+    }
+
+    /// How the simulator models it: Linux's scheduler on the host and, with sidecars, the
+    /// cooperative gate at each tier (`gfifo` is ORF's admission by GAT).
+    fn model(self, demo: &DemoConfig, c: usize) -> ModeModel {
+        let host_policy = demo.model(Mode::Linux).host_policy;
+        let admit = match self {
+            Sidecars::None => None,
+            Sidecars::Fifo => Some(("fifo", c)),
+            Sidecars::Orf => Some(("gfifo", c)),
+        };
+        ModeModel { host_policy, admit }
+    }
+}
+
+/// A running chain; dropping it stops every process (edge first).
+pub struct ProxyChain {
+    procs: Processes,
+    pub sidecars: Sidecars,
+    /// The edge's address.
+    pub entry: Uri,
+    /// Each sidecar's inbound and admin (/metrics) address, tier order (empty without sidecars).
+    pub sidecar_addrs: Vec<String>,
+    pub sidecar_admins: Vec<String>,
+}
+
+/// How to start a chain.
+#[derive(Clone, Debug)]
+pub struct ChainSpec {
+    pub sidecars: Sidecars,
+    /// Requests each sidecar lets into its service at once, per tier.
+    pub c: [usize; TIERS],
+    /// Worker processes of the Python tier.
+    pub python_workers: usize,
+    pub logs: PathBuf,
+}
+
+impl ProxyChain {
+    /// Starts the last tier first, each service told the address it calls (its sidecar's
+    /// egress listener, or the next service without sidecars), then the edge; returns once a
+    /// request has gone through every tier.
+    pub fn start(programs: &Programs, spec: &ChainSpec) -> Result<ProxyChain, String> {
+        std::fs::create_dir_all(&spec.logs).map_err(|e| format!("creating {}: {e}", spec.logs.display()))?;
+        let name = spec.sidecars.name();
+        let log = |what: &str| spec.logs.join(format!("effect-{name}-{what}.log"));
+        let with = spec.sidecars != Sidecars::None;
+        let mut procs = Processes::default();
+        // Inbound and egress ports of every sidecar, chosen up front: a service must know
+        // its egress address before its sidecar starts.
+        let mut ports = Vec::new();
+        for _ in 0..TIERS {
+            ports.push((free_port()?, free_port()?, free_port()?));
+        }
+        let mut next: Option<String> = None; // what the tier being started calls
+        let mut sidecar_addrs = vec![String::new(); TIERS];
+        let mut sidecar_admins = vec![String::new(); TIERS];
+        for tier in (0..TIERS).rev() {
+            let downstream = match (&next, with) {
+                (None, _) => String::new(),
+                (Some(_), true) => format!("http://127.0.0.1:{}/", ports[tier].1),
+                (Some(n), false) => format!("http://{n}/"),
+            };
+            let line = if tier == 1 {
+                let mut py = Command::new(&programs.python);
+                py.arg(&programs.python_service)
+                    .args(["--port", "0", "--index", "1", "--workers", &spec.python_workers.to_string()])
+                    .args(["--downstream", &downstream]);
+                procs.start_printing("python", py, &log("tier1"), "listening on ")?
+            } else {
+                let mut go = Command::new(&programs.go_service);
+                go.args(["-addr", "127.0.0.1:0", "-index", &tier.to_string(), "-downstream", &downstream]);
+                procs.start_printing(
+                    if tier == 0 { "go-0" } else { "go-2" },
+                    go,
+                    &log(&format!("tier{tier}")),
+                    "listening on ",
+                )?
+            };
+            let service = address_in(&line)?;
+            if !with {
+                next = Some(service);
+                continue;
+            }
+            let (listen, egress, admin) = ports[tier];
+            let mut toml = format!(
+                "listen = \"127.0.0.1:{listen}\"\nupstream = \"{service}\"\nadmin = \"127.0.0.1:{admin}\"\norder = \"{name}\"\nc = {}\ndrain_timeout_ms = 100\n",
+                spec.c[tier]
+            );
+            if let Some(n) = &next {
+                let _ = write!(toml, "\n[[egress]]\nlisten = \"127.0.0.1:{egress}\"\nupstream = \"{n}\"\n");
+            }
+            let conf = spec.logs.join(format!("effect-{name}-sidecar{tier}.toml"));
+            std::fs::write(&conf, toml).map_err(|e| format!("writing {}: {e}", conf.display()))?;
+            let mut sidecar = Command::new(&programs.tailor);
+            sidecar.args(["proxy", "sidecar", "--config"]).arg(&conf);
+            procs.start_printing("sidecar", sidecar, &log(&format!("sidecar{tier}")), "sidecar ready")?;
+            sidecar_addrs[tier] = format!("127.0.0.1:{listen}");
+            sidecar_admins[tier] = format!("127.0.0.1:{admin}");
+            next = Some(sidecar_addrs[tier].clone());
+        }
+        let first = next.expect("three tiers started");
+        let port = free_port()?;
+        let conf = spec.logs.join(format!("effect-{name}-edge.toml"));
+        let toml = format!(
+            "listen = \"127.0.0.1:{port}\"\ndrain_timeout_ms = 100\n\n[[routes]]\nname = \"chain\"\nupstreams = [\"{first}\"]\n"
+        );
+        std::fs::write(&conf, toml).map_err(|e| format!("writing {}: {e}", conf.display()))?;
+        let mut edge = Command::new(&programs.tailor);
+        edge.args(["proxy", "edge", "--config"]).arg(&conf);
+        procs.start_printing("edge", edge, &log("edge"), "edge ready")?;
+        let chain = ProxyChain {
+            procs,
+            sidecars: spec.sidecars,
+            entry: format!("http://127.0.0.1:{port}/").parse().expect("valid uri"),
+            sidecar_addrs: if with { sidecar_addrs } else { Vec::new() },
+            sidecar_admins: if with { sidecar_admins } else { Vec::new() },
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match chain.trace(&chain.entry, &[]) {
+                Ok(hops) if hops.len() == TIERS => return Ok(chain),
+                Ok(_) | Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                other => {
+                    return Err(format!(
+                        "the {name} chain does not answer through every tier: {other:?}; see {}",
+                        spec.logs.display()
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Sends one request to `to` (the edge, or a sidecar to enter the chain there) with
+    /// `headers` (`tailor-demand-us` defaults to no demand) and returns each tier's line of
+    /// the reply, first tier first.
+    pub fn trace(&self, to: &Uri, headers: &[(&str, &str)]) -> Result<Vec<TierLine>, String> {
+        let mut head = String::from("GET / HTTP/1.1\r\nhost: chain\r\nconnection: close\r\n");
+        if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(loadgen::DEMAND_HEADER)) {
+            head.push_str(&format!("{}: 0,0,0\r\n", loadgen::DEMAND_HEADER));
+        }
+        for (n, v) in headers {
+            head.push_str(&format!("{n}: {v}\r\n"));
+        }
+        let (status, body) = http_get(to, &(head + "\r\n"))?;
+        if status != 200 {
+            return Err(format!("status {status}: {body}"));
+        }
+        body.lines().map(TierLine::parse).collect()
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        self.procs.pids()
+    }
+
+    /// A gauge or counter of tier `tier`'s sidecar, from its /metrics.
+    pub fn sidecar_metric(&self, tier: usize, name: &str) -> Result<f64, String> {
+        let admin: Uri = format!("http://{}/metrics", self.sidecar_admins.get(tier).ok_or("no sidecars")?)
+            .parse()
+            .map_err(|e| format!("{e}"))?;
+        let (_, text) = http_get(&admin, "GET /metrics HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n")?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| format!("no `{name}` in the sidecar's /metrics"))
+    }
+}
+
+/// One tier's line of a reply: `tier <index> seq <n> baggage <what it got>`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TierLine {
+    pub tier: usize,
+    /// The order in which this tier (this worker, for Python) started serving it.
+    pub seq: u64,
+    /// The Tailor context in the `baggage` the service received, if any.
+    pub context: Option<tailor_core::Context>,
+}
+
+impl TierLine {
+    fn parse(line: &str) -> Result<TierLine, String> {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let bad = || format!("unexpected reply line `{line}`");
+        if w.len() < 5 || w[0] != "tier" || w[2] != "seq" || w[4] != "baggage" {
+            return Err(bad());
+        }
+        let tier = w[1].parse().map_err(|_| bad())?;
+        let seq = w[3].parse().map_err(|_| bad())?;
+        let baggage = w[5..].join(" ");
+        let context = tailor_core::wire::extract([("baggage", baggage.as_bytes())])
+            .map_err(|e| format!("{}: {e}", bad()))?
+            .map(|d| d.context);
+        Ok(TierLine { tier, seq, context })
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct EffectConfig {
+    /// CPUs ρ is computed against.
+    pub cores: usize,
+    /// Sidecars' `c` (each tier).
+    pub c: usize,
+    pub python_workers: usize,
+    /// Mean CPU demand per tier (ms) of the scaled TailClipper workloads.
+    pub mean_ms: f64,
+    pub workloads: Vec<Workload>,
+    pub loads: Vec<f64>,
+    pub seeds: Vec<u64>,
+    pub modes: Vec<Sidecars>,
+    /// Measured requests per run, after `warmup` unmeasured ones.
+    pub requests: usize,
+    pub warmup: usize,
+    pub out: PathBuf,
+}
+
+impl EffectConfig {
+    fn demo(&self, programs: &Programs) -> DemoConfig {
+        DemoConfig {
+            exe: programs.tailor.clone(),
+            tier_args: Vec::new(),
+            agent_args: Vec::new(),
+            tiers: TIERS,
+            cores: self.cores,
+            mean_ms: self.mean_ms,
+            workloads: self.workloads.clone(),
+            loads: self.loads.clone(),
+            modes: vec![Mode::Linux],
+            requests: self.requests,
+            warmup: self.warmup,
+            seed: 0,
+            out: self.out.clone(),
+            orf_c: self.c,
+            slice_us: 500.0,
+            bucket_us: 2_000.0,
+            trace: None,
+            timeout: Duration::from_secs(20),
+            idle_states_off: false,
+        }
+    }
+}
+
+/// A chain's own cost at zero demand, unloaded.
+#[derive(Clone, Debug, Serialize)]
+pub struct Calibration {
+    pub sidecars: Sidecars,
+    /// CPU per request of every process of the chain and the generator, µs.
+    pub overhead_us: f64,
+    pub p50_us: f64,
+    /// Latency per hop beyond that CPU (the simulator's network delay), µs.
+    pub hop_us: f64,
+}
+
+/// One measured run and its prediction.
+#[derive(Clone, Debug, Serialize)]
+pub struct EffectRun {
+    pub sidecars: Sidecars,
+    pub workload: String,
+    pub rho: f64,
+    pub seed: u64,
+    pub rate_rps: f64,
+    pub summary: RunSummary,
+    pub cpu: CpuUsage,
+    /// CPU per request beyond the demand in this run, µs (what the model charges).
+    pub overhead_us: f64,
+    pub predicted_p99_ms: Option<f64>,
+    pub predicted_reordering_pct: Option<f64>,
+    pub predicted_error: Option<String>,
+}
+
+/// Everything one effect benchmark produced (`effect.json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct EffectReport {
+    pub cores: usize,
+    pub c: usize,
+    pub mean_ms: f64,
+    pub requests: usize,
+    pub warmup: usize,
+    pub calibrations: Vec<Calibration>,
+    pub runs: Vec<EffectRun>,
+    pub load_average_before: String,
+    pub load_average_after: String,
+    pub wall_seconds: f64,
+}
+
+fn send(entry: &Uri, plan: &Plan, timeout: Duration) -> Result<Vec<crate::record::RequestRecord>, String> {
+    let cfg = LoadgenConfig { uri: entry.clone(), timeout, max_in_flight: 4096, rt_priority: None };
+    loadgen::run(plan, &cfg).map_err(|e| e.to_string())
+}
+
+/// CPU per request and latency of `chain` at zero demand: 100 warm-up requests, then 300
+/// measured, 4 ms apart.
+fn calibrate(chain: &ProxyChain) -> Result<Calibration, String> {
+    let zero = |n: usize| Plan {
+        intended_ns: (0..n).map(|i| i as Nanos * 4_000_000).collect(),
+        demands_us: vec![vec![0; TIERS]; n],
+    };
+    send(&chain.entry, &zero(100), Duration::from_secs(10))?;
+    let pids = chain.pids();
+    let before = cpuacct::snapshot(&pids);
+    let records = send(&chain.entry, &zero(300), Duration::from_secs(10))?;
+    let cpu = cpuacct::usage(&before, &cpuacct::snapshot(&pids), records.len());
+    let s = summarize(&records, 0, TIERS as u32, 1);
+    let p50_us = s.latency_ms.p50 * 1e3;
+    Ok(Calibration {
+        sidecars: chain.sidecars,
+        overhead_us: cpu.cpu_per_request_us,
+        p50_us,
+        hop_us: ((p50_us - cpu.cpu_per_request_us) / (TIERS + 1) as f64).max(0.0),
+    })
+}
+
+/// Runs every (workload, load, seed) on every chain, chains taking turns; all chains stay
+/// up for the whole run.
+pub fn run(programs: &Programs, cfg: &EffectConfig, say: &dyn Progress) -> Result<EffectReport, String> {
+    let started = Instant::now();
+    let load_average_before = load_average();
+    let demo = cfg.demo(programs);
+    let logs = cfg.out.join("logs");
+    let mut chains = Vec::new();
+    for &mode in &cfg.modes {
+        let spec =
+            ChainSpec { sidecars: mode, c: [cfg.c; TIERS], python_workers: cfg.python_workers, logs: logs.clone() };
+        chains.push(ProxyChain::start(programs, &spec)?);
+    }
+    let mut calibrations = Vec::new();
+    for chain in &chains {
+        let c = calibrate(chain)?;
+        say.line(&format!(
+            "{} chain at zero demand: {:.0} µs of CPU per request (every process), p50 {:.0} µs",
+            c.sidecars.name(),
+            c.overhead_us,
+            c.p50_us
+        ));
+        calibrations.push(c);
+    }
+    // ρ counts the costliest chain's own CPU (the one with sidecars): the chains without
+    // them get the same requests, which load their CPUs a little less.
+    let overhead_ns = calibrations.iter().map(|c| c.overhead_us).fold(0.0, f64::max) * 1e3;
+    let total = cfg.workloads.len() * cfg.loads.len() * cfg.seeds.len() * chains.len();
+    say.start(total as u64, "proxy effect");
+    let mut runs = Vec::new();
+    let mut step = 0usize;
+    for &seed in &cfg.seeds {
+        for &w in &cfg.workloads {
+            for &rho in &cfg.loads {
+                let rate = demo.rate_for(w, rho, overhead_ns);
+                let point_seed =
+                    tailor_core::Rng::derive(seed, (rho * 1000.0) as u64 + w as u64 * 10_000).next_u64() >> 1;
+                let plan = plan_for(&demo, w, rate, point_seed).map_err(|e| e.to_string())?;
+                for k in 0..chains.len() {
+                    let chain = &chains[(k + step) % chains.len()];
+                    let cal = calibrations.iter().find(|c| c.sidecars == chain.sidecars).expect("calibrated");
+                    let pids = chain.pids();
+                    let before = cpuacct::snapshot(&pids);
+                    let records = send(&chain.entry, &plan, demo.timeout)?;
+                    let cpu = cpuacct::usage(&before, &cpuacct::snapshot(&pids), records.len());
+                    let summary = summarize(&records, cfg.warmup, TIERS as u32, cfg.cores);
+                    let mean_demand_us = records.iter().map(|r| r.total_demand_ns() as f64 / 1e3).sum::<f64>()
+                        / records.len().max(1) as f64;
+                    let measured = cpu.cpu_per_request_us - mean_demand_us;
+                    let overhead_us = if measured > 0.0 { measured } else { cal.overhead_us };
+                    let spec = PredictSpec {
+                        name: format!("proxy-{}-{w}-rho{rho}-seed{seed}", chain.sidecars.name()),
+                        model: chain.sidecars.model(&demo, cfg.c),
+                        workload: w,
+                        mean_ms: cfg.mean_ms,
+                        tiers: TIERS,
+                        cores: cfg.cores,
+                        rps: if summary.offered_rps > 0.0 { summary.offered_rps } else { rate },
+                        seed: point_seed,
+                        requests: (cfg.requests as u64).max(20_000),
+                        warmup: (cfg.warmup as u64).max(2_000),
+                        hop_us: cal.hop_us,
+                        overhead_us,
+                        context_switch_us: 1.0,
+                    };
+                    let (p99, reord, err) = match predict::predict(&spec) {
+                        Ok(s) => (Some(s.latency_ms.p99), Some(s.reordering_pct), None),
+                        Err(e) => (None, None, Some(e)),
+                    };
+                    let r = EffectRun {
+                        sidecars: chain.sidecars,
+                        workload: w.to_string(),
+                        rho,
+                        seed,
+                        rate_rps: rate,
+                        summary,
+                        cpu,
+                        overhead_us,
+                        predicted_p99_ms: p99,
+                        predicted_reordering_pct: reord,
+                        predicted_error: err,
+                    };
+                    say.line(&row_line(&r));
+                    runs.push(r);
+                    step += 1;
+                    say.advance(step as u64, &format!("{} {w} ρ {rho} seed {seed}", chain.sidecars.name()));
+                }
+            }
+        }
+    }
+    drop(chains);
+    Ok(EffectReport {
+        cores: cfg.cores,
+        c: cfg.c,
+        mean_ms: cfg.mean_ms,
+        requests: cfg.requests,
+        warmup: cfg.warmup,
+        calibrations,
+        runs,
+        load_average_before,
+        load_average_after: load_average(),
+        wall_seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn row_line(r: &EffectRun) -> String {
+    let s = &r.summary;
+    format!(
+        "{:<5} {:<9} ρ {:.2} seed {} {:>4.0} req/s  p50 {:>7.2}  p99 {:>7.2} ms (sim {})  reorder {:>4.1}% (sim {})  ok {}/{}  other jobs {:.2} CPUs",
+        r.sidecars.name(),
+        r.workload,
+        r.rho,
+        r.seed,
+        s.offered_rps,
+        s.latency_ms.p50,
+        s.latency_ms.p99,
+        r.predicted_p99_ms.map_or("-".into(), |p| format!("{p:.2}")),
+        s.reordering_pct,
+        r.predicted_reordering_pct.map_or("-".into(), |p| format!("{p:.1}%")),
+        s.ok,
+        s.requests,
+        r.cpu.background_cpus
+    )
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn runs_of<'a>(r: &'a EffectReport, mode: Sidecars, w: &str, rho: f64) -> Vec<&'a EffectRun> {
+    r.runs.iter().filter(|x| x.sidecars == mode && x.workload == w && x.rho == rho).collect()
+}
+
+/// (workload, ρ) points in the order they ran.
+fn points(r: &EffectReport) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = Vec::new();
+    for x in &r.runs {
+        if !out.iter().any(|(w, rho)| *w == x.workload && *rho == x.rho) {
+            out.push((x.workload.clone(), x.rho));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    out
+}
+
+/// The markdown table: per workload, ρ and chain, the p99 of each seed, their median, the
+/// simulator's (median over seeds), the cut against no sidecars, reordering and errors.
+pub fn table(r: &EffectReport) -> String {
+    let mut s = String::from(
+        "| workload | ρ | sidecars | p99 ms per seed | median p99 ms | sim p99 ms | measured ÷ sim | vs none | reordering % (sim) | errors | other jobs' CPUs |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for (w, rho) in points(r) {
+        let none = median(runs_of(r, Sidecars::None, &w, rho).iter().map(|x| x.summary.latency_ms.p99).collect());
+        for mode in Sidecars::ALL {
+            let runs = runs_of(r, mode, &w, rho);
+            if runs.is_empty() {
+                continue;
+            }
+            let p99: Vec<f64> = runs.iter().map(|x| x.summary.latency_ms.p99).collect();
+            let med = median(p99.clone());
+            let sim = median(runs.iter().filter_map(|x| x.predicted_p99_ms).collect());
+            let reord = median(runs.iter().map(|x| x.summary.reordering_pct).collect());
+            let sim_reord = median(runs.iter().filter_map(|x| x.predicted_reordering_pct).collect());
+            let errors: u64 = runs.iter().map(|x| x.summary.requests - x.summary.ok).sum();
+            let cut = if mode == Sidecars::None || !none.is_finite() {
+                "".into()
+            } else {
+                format!("{:+.0}%", (med / none - 1.0) * 100.0)
+            };
+            let per_seed: Vec<String> = p99.iter().map(|p| format!("{p:.1}")).collect();
+            let _ = writeln!(
+                s,
+                "| {w} | {rho:.2} | {} | {} | {med:.1} | {sim:.1} | {:.2} | {cut} | {reord:.1} ({sim_reord:.1}) | {errors} | {:.2} |",
+                mode.name(),
+                per_seed.join(" / "),
+                med / sim,
+                median(runs.iter().map(|x| x.cpu.background_cpus).collect()),
+            );
+        }
+    }
+    s
+}
+
+/// Issue 20's targets: orf's p99 ≥ 30% below none's at the highest load, and the
+/// simulator within 20% of every measured median p99.
+pub fn verdict(r: &EffectReport) -> String {
+    let mut s = String::new();
+    let top = r.runs.iter().map(|x| x.rho).fold(0.0, f64::max);
+    let mut within = (0, 0);
+    for (w, rho) in points(r) {
+        for mode in Sidecars::ALL {
+            let runs = runs_of(r, mode, &w, rho);
+            let m = median(runs.iter().map(|x| x.summary.latency_ms.p99).collect());
+            let sim = median(runs.iter().filter_map(|x| x.predicted_p99_ms).collect());
+            if m.is_finite() && sim.is_finite() {
+                within.1 += 1;
+                if (m / sim - 1.0).abs() <= 0.2 {
+                    within.0 += 1;
+                }
+            }
+        }
+        if rho != top {
+            continue;
+        }
+        let med = |mode| median(runs_of(r, mode, &w, rho).iter().map(|x| x.summary.latency_ms.p99).collect());
+        let (orf, fifo, none) = (med(Sidecars::Orf), med(Sidecars::Fifo), med(Sidecars::None));
+        if orf.is_finite() && none.is_finite() {
+            let change = (orf / none - 1.0) * 100.0;
+            let _ = writeln!(
+                s,
+                "- {w}, ρ {rho:.2}: orf sidecars' median p99 {orf:.1} ms vs none {none:.1} ms: {change:+.0}% (target ≤ −30%: {}); fifo sidecars {fifo:.1} ms",
+                if change <= -30.0 { "met" } else { "not met" }
+            );
+        }
+    }
+    let _ = writeln!(s, "- simulator within 20% of the measured median p99 on {} of {} rows", within.0, within.1);
+    s
+}
+
+/// p99 against ρ per chain, measured (solid) and simulated (dashed), for `w`.
+pub fn plot(r: &EffectReport, w: Workload) -> String {
+    let mut series = Vec::new();
+    for mode in Sidecars::ALL {
+        let pts = |sim: bool| -> Vec<(f64, f64)> {
+            points(r)
+                .into_iter()
+                .filter(|(pw, _)| pw == w.name())
+                .filter_map(|(_, rho)| {
+                    let runs = runs_of(r, mode, w.name(), rho);
+                    let v: Vec<f64> = if sim {
+                        runs.iter().filter_map(|x| x.predicted_p99_ms).collect()
+                    } else {
+                        runs.iter().map(|x| x.summary.latency_ms.p99).collect()
+                    };
+                    (!v.is_empty()).then(|| (rho, median(v)))
+                })
+                .collect()
+        };
+        let (m, s) = (pts(false), pts(true));
+        if !m.is_empty() {
+            series.push(Series::new(format!("sidecars: {}", mode.name()), m));
+            series.push(Series::new(format!("sidecars: {} (sim)", mode.name()), s).styled(Line::Dashed));
+        }
+    }
+    line_plot_styled(
+        &format!("3-tier chain of plain Go/Python services, {w} demand: median p99 over seeds"),
+        "utilization ρ",
+        "p99 latency (ms)",
+        &series,
+        &[(Line::Solid, "measured"), (Line::Dashed, "simulated")],
+    )
+}
+
+/// Writes `effect.json`, the table and one plot per workload into `out`; returns the files.
+pub fn write(r: &EffectReport, workloads: &[Workload], out: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    let mut put = |name: String, text: String| -> Result<(), String> {
+        let path = out.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        files.push(path);
+        Ok(())
+    };
+    put("effect.json".into(), serde_json::to_string_pretty(r).expect("serializes"))?;
+    put("effect.md".into(), format!("{}\n{}", table(r), verdict(r)))?;
+    for w in workloads {
+        put(format!("effect-p99-{w}.svg"), plot(r, *w))?;
+    }
+    Ok(files)
+}

@@ -1,0 +1,205 @@
+//! `tailor bench proxy`: Tailor's sidecar and edge against nginx and HAProxy (`--cost`) and
+//! sidecars in front of a 3-tier chain of plain Go and Python services (`--effect`); both
+//! when neither flag is given (docs/proxy.md, "Measured results").
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use clap::Args;
+use tailor_bench::proxybench::cost::{self, CostConfig};
+use tailor_bench::proxybench::effect::{self, EffectConfig, Sidecars};
+use tailor_bench::proxybench::Programs;
+use tailor_bench::workload::Workload;
+
+use crate::output::{print_json, OutputArg};
+use crate::progress::Reporter;
+
+#[derive(Args)]
+pub struct BenchProxyArgs {
+    #[command(flatten)]
+    output: OutputArg,
+    /// Run the cost benchmark (the proxies against nginx and HAProxy).
+    #[arg(long)]
+    cost: bool,
+    /// Run the effect benchmark (the 3-tier chain with and without sidecars).
+    #[arg(long)]
+    effect: bool,
+    /// Output directory (report.md, cost.json, effect.json, plots, logs).
+    #[arg(long, default_value = "target/tailor-bench-proxy")]
+    out: PathBuf,
+    /// A short smoke run of both: fewer rates, seconds, loads, seeds and requests.
+    #[arg(long)]
+    quick: bool,
+
+    /// Cost: open-loop rates, requests/s, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000,3000,6000")]
+    rates: Vec<f64>,
+    /// Cost: seconds of load per rate and relay.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// Cost: rounds (every relay at every rate once per round, interleaved).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Cost: closed-loop connections for the peak throughput.
+    #[arg(long, default_value_t = 32)]
+    connections: usize,
+    /// Cost: seconds of the closed loop per relay and round.
+    #[arg(long, default_value_t = 3.0)]
+    saturate_seconds: f64,
+    /// Cost: worker threads of every proxy (nginx worker_processes, HAProxy nbthread, Tailor's tokio workers).
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+    /// Cost: do not install nginx and HAProxy with apt-get when missing (skip them instead).
+    #[arg(long)]
+    no_install: bool,
+
+    /// Effect: utilizations ρ, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0.5,0.7,0.85")]
+    loads: Vec<f64>,
+    /// Effect: workloads, comma-separated (fixed, exp, lognormal, trimodal, bimodal).
+    #[arg(long, value_delimiter = ',', default_value = "exp,trimodal", value_parser = parse_workload)]
+    workload: Vec<Workload>,
+    /// Effect: seeds, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    seeds: Vec<u64>,
+    /// Effect: chains, comma-separated: none (no sidecars), fifo, orf.
+    #[arg(long, value_delimiter = ',', default_value = "none,fifo,orf", value_parser = Sidecars::parse)]
+    sidecars: Vec<Sidecars>,
+    /// Effect: measured requests per run (after the warm-up).
+    #[arg(long, default_value_t = 1200)]
+    requests: usize,
+    /// Effect: unmeasured requests at the start of each run.
+    #[arg(long, default_value_t = 120)]
+    warmup: usize,
+    /// Effect: mean CPU demand per tier, ms (TailClipper's workloads scaled to it).
+    #[arg(long, default_value_t = 2.0)]
+    mean_ms: f64,
+    /// Effect: CPUs ρ is computed against (default: the CPUs this process may use).
+    #[arg(long)]
+    cores: Option<usize>,
+    /// Effect: each sidecar's `c` (default: --cores).
+    #[arg(long)]
+    c: Option<usize>,
+    /// Effect: worker processes of the Python tier.
+    #[arg(long, default_value_t = 2)]
+    python_workers: usize,
+}
+
+pub fn main(mut args: BenchProxyArgs) -> Result<(), String> {
+    if !args.cost && !args.effect {
+        args.cost = true;
+        args.effect = true;
+    }
+    if args.quick {
+        args.rates = vec![1000.0, 3000.0];
+        args.seconds = 1.0;
+        args.rounds = 1;
+        args.saturate_seconds = 1.0;
+        args.loads = vec![0.5, 0.85];
+        args.workload = vec![Workload::Exp];
+        args.seeds = vec![1];
+        args.requests = 300;
+        args.warmup = 30;
+    }
+    if let Some(bad) = args.loads.iter().find(|&&l| !(l > 0.0 && l < 1.0)) {
+        return Err(format!("--loads: {bad} is not a utilization in (0, 1); use e.g. 0.5,0.7,0.85"));
+    }
+    if args.rates.iter().any(|&r| r <= 0.0) || args.rounds == 0 || args.workers == 0 || args.requests == 0 {
+        return Err("--rates, --rounds, --workers and --requests must be > 0".into());
+    }
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("creating {}: {e}", args.out.display()))?;
+    let tailor = std::env::current_exe().map_err(|e| format!("finding the tailor binary: {e}"))?;
+    let programs = Programs::prepare(&tailor, &args.out)?;
+    let progress = Reporter::new();
+    let commit = env!("TAILOR_GIT_COMMIT");
+    let mut md = format!("# tailor bench proxy\n\nCommit {commit}.\n\n");
+    let mut json = serde_json::Map::new();
+    if args.cost {
+        let cfg = CostConfig {
+            rates: args.rates.clone(),
+            seconds: args.seconds,
+            rounds: args.rounds,
+            connections: args.connections,
+            saturate_seconds: args.saturate_seconds,
+            workers: args.workers,
+            install: !args.no_install,
+            out: args.out.clone(),
+        };
+        let report = cost::run(&programs, &cfg, &progress)?;
+        let _ = writeln!(
+            md,
+            "## Cost\n\n{} worker thread(s) per proxy; {} s per rate, {} rounds interleaved; closed loop {} connections × {} s; {}; {}; load average {} before, {} after.\n\n{}\n{}",
+            report.workers,
+            report.seconds_per_rate,
+            report.rounds,
+            report.connections,
+            report.saturate_seconds,
+            report.nginx_version,
+            report.haproxy_version,
+            report.load_average_before,
+            report.load_average_after,
+            cost::tables(&report),
+            cost::verdict(&report)
+        );
+        for s in &report.skipped {
+            let _ = writeln!(md, "Skipped {s}\n");
+        }
+        write(&args.out.join("cost.json"), &serde_json::to_string_pretty(&report).expect("serializes"))?;
+        json.insert("cost".into(), serde_json::to_value(&report).map_err(|e| e.to_string())?);
+    }
+    if args.effect {
+        let cores = args.cores.unwrap_or_else(tailor_runtime::available_cpus);
+        let cfg = EffectConfig {
+            cores,
+            c: args.c.unwrap_or(cores),
+            python_workers: args.python_workers,
+            mean_ms: args.mean_ms,
+            workloads: args.workload.clone(),
+            loads: args.loads.clone(),
+            seeds: args.seeds.clone(),
+            modes: args.sidecars.clone(),
+            requests: args.requests,
+            warmup: args.warmup,
+            out: args.out.clone(),
+        };
+        let report = effect::run(&programs, &cfg, &progress)?;
+        effect::write(&report, &cfg.workloads, &args.out)?;
+        let _ = writeln!(
+            md,
+            "## Effect\n\nedge → Go → Python → Go, {} CPUs, c = {} per sidecar, mean demand {} ms per tier, {} measured requests per run after {}; seeds {:?}; load average {} before, {} after; {:.0} s.\n\n{}\n{}",
+            report.cores,
+            report.c,
+            report.mean_ms,
+            report.requests,
+            report.warmup,
+            cfg.seeds,
+            report.load_average_before,
+            report.load_average_after,
+            report.wall_seconds,
+            effect::table(&report),
+            effect::verdict(&report)
+        );
+        for w in &cfg.workloads {
+            let _ = writeln!(md, "![p99 vs load, {w}](effect-p99-{w}.svg)\n");
+        }
+        json.insert("effect".into(), serde_json::to_value(&report).map_err(|e| e.to_string())?);
+    }
+    let path = args.out.join("report.md");
+    write(&path, &md)?;
+    drop(progress);
+    if args.output.json() {
+        print_json(&serde_json::Value::Object(json));
+    } else {
+        print!("{md}");
+    }
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+fn write(path: &std::path::Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+fn parse_workload(s: &str) -> Result<Workload, String> {
+    s.parse::<Workload>().map_err(|e| e.to_string())
+}

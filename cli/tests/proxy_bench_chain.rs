@@ -1,0 +1,136 @@
+//! The effect benchmark's chain (`tailor bench proxy --effect`), small: `tailor proxy
+//! edge` → sidecar → plain Go → sidecar → plain Python → sidecar → plain Go, services that
+//! know nothing of Tailor and only forward `baggage`. Structural facts, not timing: every
+//! request is answered, every tier serves by the GAT the edge stamped (one hop further at
+//! each sidecar), the orf sidecar admits an older waiting request before a younger one
+//! (and gives a request's slot back when the service calls out), and no slot leaks.
+//! Skips, saying why, without Go or python3.
+
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use http::Uri;
+use tailor_bench::loadgen::{self, LoadgenConfig, Plan};
+use tailor_bench::proxybench::effect::{ChainSpec, ProxyChain, Sidecars, TIERS};
+use tailor_bench::proxybench::Programs;
+use tailor_bench::record::Outcome;
+
+fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_nanos() as u64
+}
+
+/// Polls `what` until it is true, up to 30 s (a loaded machine is slow, never wrong).
+fn wait_for(why: &str, mut what: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !what() {
+        assert!(Instant::now() < deadline, "timed out waiting for {why}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_sidecar_chain_answers_every_request_by_one_gat_and_admits_the_oldest_first() {
+    let out = std::env::temp_dir().join(format!("tailor-proxy-bench-test-{}", std::process::id()));
+    let programs = match Programs::prepare(Path::new(env!("CARGO_BIN_EXE_tailor")), &out) {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("SKIP the_sidecar_chain_answers_every_request_by_one_gat_and_admits_the_oldest_first: {why}");
+            return;
+        }
+    };
+    // One slot at the first tier, so requests queue there.
+    let spec = ChainSpec { sidecars: Sidecars::Orf, c: [1, 2, 2], python_workers: 2, logs: out.join("logs") };
+    let chain = ProxyChain::start(&programs, &spec).unwrap_or_else(|e| panic!("{e}"));
+
+    // A client's forged context (an hour old) is replaced at the edge; every tier serves the
+    // edge's stamp, one hop further behind each sidecar.
+    let forged = format!("tailor=1.g{}.c0.k1.h0", now_ns() - 3_600_000_000_000);
+    let before = now_ns();
+    let lines = chain.trace(&chain.entry, &[("baggage", &forged)]).unwrap_or_else(|e| panic!("{e}"));
+    let after = now_ns();
+    assert_eq!(lines.len(), TIERS, "{lines:?}");
+    let ctx: Vec<_> =
+        lines.iter().map(|l| l.context.unwrap_or_else(|| panic!("a tier got no context: {lines:?}"))).collect();
+    assert!(ctx.iter().all(|c| c.gat == ctx[0].gat), "the GAT changed between tiers: {lines:?}");
+    assert!(before <= ctx[0].gat && ctx[0].gat <= after, "not the edge's stamp ({before}..{after}): {lines:?}");
+    assert_eq!(ctx.iter().map(|c| c.hop).collect::<Vec<_>>(), vec![0, 1, 2], "{lines:?}");
+
+    // Concurrent requests with CPU demand: each keeps its own GAT through every tier.
+    let gats: Vec<u64> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    (0..10)
+                        .map(|_| {
+                            let l = chain
+                                .trace(&chain.entry, &[("tailor-demand-us", "200,200,200")])
+                                .unwrap_or_else(|e| panic!("{e}"));
+                            let g: Vec<u64> = l.iter().map(|x| x.context.expect("context").gat).collect();
+                            assert!(g.len() == TIERS && g.iter().all(|&x| x == g[0]), "{l:?}");
+                            g[0]
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("worker")).collect()
+    });
+    let mut distinct = gats.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), gats.len(), "two requests got one GAT");
+
+    // A few hundred requests open loop: every one answered.
+    let n = 300;
+    let plan =
+        Plan { intended_ns: (0..n).map(|i| i as u64 * 4_000_000).collect(), demands_us: vec![vec![100, 100, 100]; n] };
+    let cfg = LoadgenConfig {
+        uri: chain.entry.clone(),
+        timeout: Duration::from_secs(30),
+        max_in_flight: 1024,
+        rt_priority: None,
+    };
+    let records = loadgen::run(&plan, &cfg).expect("the generator starts");
+    let failed: Vec<_> = records.iter().filter(|r| r.outcome != Outcome::Ok).collect();
+    assert!(failed.is_empty(), "{} of {n} requests failed, e.g. {:?}", failed.len(), failed.first());
+
+    // Ordering at the first sidecar (c = 1): a long request holds the slot; a younger and
+    // then an older request queue behind it. When the long one calls out (its slot given
+    // back), the older is admitted first: it starts at the first tier before the younger.
+    let first: Uri = format!("http://{}/", chain.sidecar_addrs[0]).parse().expect("uri");
+    let shared = &chain;
+    let queued = |k: f64| move || shared.sidecar_metric(0, "tailor_proxy_queue_length").is_ok_and(|q| q == k);
+    wait_for("an empty queue", queued(0.0));
+    let t0 = now_ns();
+    let ctx = |gat: u64| format!("1.g{gat}.c0.k1.h0");
+    let (blocker, younger, older) = std::thread::scope(|s| {
+        let blocker =
+            s.spawn(|| chain.trace(&first, &[("tailor-context", &ctx(t0)), ("tailor-demand-us", "300000,0,0")]));
+        wait_for("the long request inside", || {
+            chain.sidecar_metric(0, "tailor_proxy_in_flight").is_ok_and(|v| v == 1.0)
+        });
+        let younger = s.spawn(|| chain.trace(&first, &[("tailor-context", &ctx(t0 - 1_000_000_000))]));
+        wait_for("the younger request waiting", queued(1.0));
+        let older = s.spawn(|| chain.trace(&first, &[("tailor-context", &ctx(t0 - 2_000_000_000))]));
+        wait_for("both requests waiting", queued(2.0));
+        let j = |h: std::thread::ScopedJoinHandle<'_, Result<_, String>>| {
+            h.join().expect("thread").unwrap_or_else(|e| panic!("{e}"))
+        };
+        (j(blocker), j(younger), j(older))
+    });
+    assert!(blocker[0].seq < younger[0].seq && blocker[0].seq < older[0].seq);
+    assert!(
+        older[0].seq < younger[0].seq,
+        "the younger request was admitted first: older {older:?}, younger {younger:?}"
+    );
+
+    // No slot leaks: every sidecar ends with nothing inside and nothing waiting.
+    for tier in 0..TIERS {
+        wait_for("every slot given back", || {
+            chain.sidecar_metric(tier, "tailor_proxy_in_flight").is_ok_and(|v| v == 0.0)
+                && chain.sidecar_metric(tier, "tailor_proxy_queue_length").is_ok_and(|v| v == 0.0)
+        });
+    }
+    drop(chain);
+    let _ = std::fs::remove_dir_all(&out);
+}
