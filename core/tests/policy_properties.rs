@@ -18,6 +18,8 @@ use tailor_core::{Job, JobId, Nanos, Policy, PolicySpec};
 fn all_specs(c: usize, slice_us: f64, seed: u64) -> Vec<PolicySpec> {
     let specs = vec![
         PolicySpec::Orf { c, slice_us },
+        // Decides every 3 jobs, so random sequences move its `c` up and down.
+        PolicySpec::OrfAdaptive { c_max: c + 2, slice_us, window_jobs: 3 },
         PolicySpec::Edf,
         PolicySpec::Fifo,
         PolicySpec::Gfifo,
@@ -42,9 +44,10 @@ fn all_specs(c: usize, slice_us: f64, seed: u64) -> Vec<PolicySpec> {
             PolicySpec::Fair { .. } => 7,
             PolicySpec::Lifo => 8,
             PolicySpec::Random { .. } => 9,
+            PolicySpec::OrfAdaptive { .. } => 10,
         })
         .collect();
-    assert_eq!(kinds.len(), 10);
+    assert_eq!(kinds.len(), 11);
     specs
 }
 
@@ -106,6 +109,11 @@ impl Driver {
         let (orf, cap) = match spec {
             PolicySpec::Orf { c, slice_us } => {
                 (Some(Orf::new(cpus, c, (slice_us * 1000.0).round() as Nanos)), c.max(cpus))
+            }
+            PolicySpec::OrfAdaptive { c_max, slice_us, window_jobs } => {
+                let o = Orf::adaptive(cpus, c_max, (slice_us * 1000.0).round() as Nanos, window_jobs);
+                let cap = o.cap();
+                (Some(o), cap)
             }
             _ => (None, 0),
         };
@@ -281,7 +289,7 @@ impl Driver {
         if non_preemptive {
             self.check_non_preemptive(&run, &dispatched, &waiting);
         }
-        if matches!(self.spec, PolicySpec::Orf { .. }) {
+        if matches!(self.spec, PolicySpec::Orf { .. } | PolicySpec::OrfAdaptive { .. }) {
             self.check_orf(&run, &dispatched);
         }
         self.prev = run;
@@ -310,6 +318,11 @@ impl Driver {
     }
 
     fn check_orf(&mut self, run: &[Option<JobId>], dispatched: &[(usize, JobId)]) {
+        if let (Some(o), PolicySpec::OrfAdaptive { c_max, .. }) = (&self.orf, &self.spec) {
+            // The controller moves the capacity, always within [cpus, max(c_max, cpus)].
+            self.cap = o.cap();
+            assert!(self.cap >= self.cpus && self.cap <= (*c_max).max(self.cpus), "orf-adaptive: cap {}", self.cap);
+        }
         // The sharing pool must be the `cap` oldest runnable jobs by (gat, arrival order).
         let mut by_age: Vec<(Nanos, u64, JobId)> =
             self.runnable.iter().map(|(&id, &seq)| (self.jobs[&id].gat, seq, id)).collect();

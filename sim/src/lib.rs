@@ -7,6 +7,7 @@
 //! `reproduce` regenerates the seeds' figures into a report, and `theory`
 //! holds the closed-form results the tests pin the engine to.
 
+pub mod adaptive_c;
 pub mod engine;
 pub mod metrics;
 pub mod model;

@@ -36,6 +36,9 @@ pub struct RunOutput {
 pub fn policy_label(p: &PolicySpec) -> String {
     match p {
         PolicySpec::Orf { c, slice_us } => format!("orf(c={c},slice={slice_us}us)"),
+        PolicySpec::OrfAdaptive { c_max, slice_us, window_jobs } => {
+            format!("orf(c=adaptive<={c_max},window={window_jobs},slice={slice_us}us)")
+        }
         PolicySpec::Rr { slice_us } => format!("rr(slice={slice_us}us)"),
         PolicySpec::Ps { slice_us } => format!("ps(slice={slice_us}us)"),
         PolicySpec::Fair { min_granularity_ms, latency_ms } => {

@@ -21,11 +21,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::time::{Nanos, NANOS_PER_MICRO, NANOS_PER_MILLI};
 
+pub mod adaptive;
 pub mod fair;
 pub mod orf;
 pub mod queue;
 pub mod rr;
 
+pub use adaptive::AdaptiveC;
 pub use fair::Fair;
 pub use orf::Orf;
 pub use queue::{Discipline, NonPreemptive};
@@ -88,6 +90,21 @@ pub enum PolicySpec {
         #[serde(default = "default_short_slice_us")]
         slice_us: f64,
     },
+    /// ORF whose `c` an online controller tunes (`orf::Orf::adaptive`, docs/policies.md):
+    /// every `window_jobs` completed jobs it replays them under each `c` up to `c_max` and
+    /// keeps the one with the lowest p99, with hysteresis.
+    #[serde(rename = "orf-adaptive")]
+    OrfAdaptive {
+        /// The largest `c` it may choose.
+        #[serde(default = "default_orf_c_max")]
+        c_max: usize,
+        /// Time slice in µs, as `orf`'s.
+        #[serde(default = "default_short_slice_us")]
+        slice_us: f64,
+        /// Completed jobs per decision.
+        #[serde(default = "default_orf_window_jobs")]
+        window_jobs: usize,
+    },
     /// Earliest deadline first, non-preemptive (TailGuard's EDFQ).
     Edf,
     /// First come first served by local arrival, non-preemptive.
@@ -128,6 +145,12 @@ pub enum PolicySpec {
 fn default_orf_c() -> usize {
     6
 }
+fn default_orf_c_max() -> usize {
+    64
+}
+fn default_orf_window_jobs() -> usize {
+    2000
+}
 fn default_short_slice_us() -> f64 {
     30.0
 }
@@ -150,6 +173,9 @@ pub enum PolicyError {
     /// `orf` needs at least one job in its sharing pool.
     #[error("policy `orf`: `c` must be at least 1")]
     ZeroC,
+    /// `orf-adaptive` needs room to choose and jobs to decide on.
+    #[error("policy `orf-adaptive`: `{field}` must be at least 1, got 0")]
+    ZeroAdaptive { field: &'static str },
     /// A policy needs at least one CPU.
     #[error("a policy needs at least one CPU")]
     NoCpus,
@@ -167,7 +193,7 @@ impl PolicySpec {
     /// The policy's short name (`"orf"`, `"edf"`, ...).
     pub fn name(&self) -> &'static str {
         match self {
-            PolicySpec::Orf { .. } => "orf",
+            PolicySpec::Orf { .. } | PolicySpec::OrfAdaptive { .. } => "orf",
             PolicySpec::Edf => "edf",
             PolicySpec::Fifo => "fifo",
             PolicySpec::Gfifo => "gfifo",
@@ -201,6 +227,15 @@ impl PolicySpec {
                     return Err(PolicyError::ZeroC);
                 }
                 AnyPolicy::Orf(Orf::new(cpus, c, positive_nanos("orf", "slice_us", slice_us, NANOS_PER_MICRO)?))
+            }
+            PolicySpec::OrfAdaptive { c_max, slice_us, window_jobs } => {
+                for (field, v) in [("c_max", c_max), ("window_jobs", window_jobs)] {
+                    if v == 0 {
+                        return Err(PolicyError::ZeroAdaptive { field });
+                    }
+                }
+                let slice = positive_nanos("orf-adaptive", "slice_us", slice_us, NANOS_PER_MICRO)?;
+                AnyPolicy::Orf(Orf::adaptive(cpus, c_max, slice, window_jobs))
             }
             PolicySpec::Rr { slice_us } => {
                 AnyPolicy::Rr(RoundRobin::new(cpus, positive_nanos("rr", "slice_us", slice_us, NANOS_PER_MICRO)?))

@@ -42,6 +42,7 @@
 
 use std::collections::{BinaryHeap, VecDeque};
 
+use super::adaptive::AdaptiveC;
 use super::rr::{slice_end_after, slice_end_at_or_after};
 use super::{Job, JobId, Policy};
 use crate::time::Nanos;
@@ -171,6 +172,8 @@ struct Slot {
     dispatch: u64,
     /// Evicted from the pool while running: goes to the heap at its next preemption.
     marked: bool,
+    /// When it was dispatched: the CPU time it gets is what the adaptive controller observes.
+    since: Nanos,
 }
 
 /// Oldest Request First; see the module docs.
@@ -197,6 +200,8 @@ pub struct Orf {
     dispatches: u64,
     /// Scratch for `tick`: `(not marked, dispatch, cpu)` of expired slices.
     expired: Vec<(bool, u64, usize)>,
+    /// Adaptive `c`: the controller that moves `cap` (`None`: `c` is fixed).
+    adapt: Option<Box<AdaptiveC>>,
 }
 
 impl Orf {
@@ -220,7 +225,35 @@ impl Orf {
             seq: 0,
             dispatches: 0,
             expired: Vec::with_capacity(cpus),
+            adapt: None,
         }
+    }
+
+    /// ORF whose `c` an online controller tunes within `[1, c_max]`, re-deciding every
+    /// `window` completed jobs (see [`AdaptiveC`]). It starts as global FCFS.
+    pub fn adaptive(cpus: usize, c_max: usize, slice: Nanos, window: usize) -> Self {
+        let controller = AdaptiveC::new(cpus, c_max, slice, window);
+        let mut p = Orf::new(cpus, controller.cap(), slice);
+        p.adapt = Some(Box::new(controller));
+        p
+    }
+
+    /// The adaptive controller, if `c` is adaptive.
+    pub fn controller(&self) -> Option<&AdaptiveC> {
+        self.adapt.as_deref()
+    }
+
+    /// Moves the pool capacity (the adaptive controller's decision): a smaller pool evicts
+    /// its youngest members as an older arrival would, a larger one is refilled oldest first.
+    fn set_cap(&mut self, now: Nanos, cap: usize) {
+        let was_busy = !self.rr.is_empty();
+        self.cap = cap.max(self.running.len());
+        while self.pool.len() > self.cap {
+            self.evict_youngest();
+        }
+        self.refill();
+        self.fill_idle(now);
+        self.settle_slices(now, was_busy);
     }
 
     /// Pool capacity, `max(c, cpus)`.
@@ -253,6 +286,9 @@ impl Orf {
     /// the creation of a new thread").
     #[inline]
     fn admit(&mut self, now: Nanos, job: Job) {
+        if let Some(a) = &mut self.adapt {
+            a.arrived(now, &job);
+        }
         self.seq += 1;
         let key = (job.gat, self.seq, job.id);
         if self.pool.len() >= self.cap && key > *self.pool.last().expect("cap >= 1") {
@@ -295,6 +331,9 @@ impl Orf {
             self.fill_idle(now);
         }
         self.settle_slices(now, was_busy);
+        if let Some(cap) = self.adapt.as_mut().and_then(|a| a.left(id, now - slot.since)) {
+            self.set_cap(now, cap);
+        }
     }
 
     /// Inserts a key into the sorted pool index.
@@ -400,7 +439,7 @@ impl Orf {
         debug_assert!(self.running[cpu].is_none());
         self.dispatches += 1;
         self.running[cpu] = Some(key.2);
-        self.slots[cpu] = Slot { key, dispatch: self.dispatches, marked: false };
+        self.slots[cpu] = Slot { key, dispatch: self.dispatches, marked: false, since: now };
         self.slice_end[cpu] = now + self.slice;
         self.idle -= 1;
     }
@@ -494,6 +533,9 @@ impl Policy for Orf {
             self.running[cpu] = None;
             self.idle += 1;
             let slot = self.slots[cpu];
+            if let Some(a) = &mut self.adapt {
+                a.ran(slot.key.2, now - slot.since);
+            }
             if slot.marked {
                 self.marked -= 1;
                 self.heap.push(Waiter::new(slot.key));

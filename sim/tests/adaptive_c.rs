@@ -1,0 +1,40 @@
+//! Adaptive `c` against fixed `c` in the simulator, on two contrasting TailClipper
+//! workloads at ρ 0.8 on one 3-core tier: Fixed service, where global FCFS (c = 1) is best
+//! and sharing only delays, and Bimodal (99% Exp(4 ms), 1% Exp(100 ms)), where short jobs
+//! stuck behind long ones make much sharing best. The full sweep is
+//! `cargo run --release -p tailor-sim --example adaptive_c` (docs/policies.md).
+
+use tailor_sim::adaptive_c::{self, Plan, Topology, WORKLOADS};
+
+#[test]
+fn adaptive_c_is_near_the_best_fixed_c_on_fixed_and_bimodal_service() {
+    let plan = Plan {
+        workloads: WORKLOADS
+            .iter()
+            .filter(|(n, _)| *n == "Fixed" || *n == "Bimodal")
+            .map(|(n, d)| (n.to_string(), d.to_string()))
+            .collect(),
+        utilizations: vec![0.8],
+        fixed_c: vec![1, 4, 8, 16, 32, 64],
+        seeds: vec![1],
+        requests: 30_000,
+        warmup: 3_000,
+        ..Plan::full(Topology::Node, 1, 30_000)
+    };
+    let points = adaptive_c::run(&plan, 2).expect("the built-in settings are valid");
+    let verdicts = adaptive_c::verdicts(&points);
+    let table = adaptive_c::table(&verdicts);
+    assert_eq!(verdicts.len(), 2, "{table}");
+    for v in &verdicts {
+        // Generous: the sweep's target is 5%; one seed of 30,000 requests is noisier.
+        assert!(v.ratio <= 1.25, "{}: adaptive p99 {:.1} ms vs best fixed c = {} {:.1} ms\n{table}", v.workload, v.adaptive_p99_ms, v.best_c, v.best_p99_ms);
+        // The contrast the controller must find: FCFS for Fixed, sharing for Bimodal.
+        match v.workload.as_str() {
+            "Fixed" => assert_eq!(v.best_c, 1, "{table}"),
+            _ => assert!(v.best_c >= 16, "{table}"),
+        }
+        // And it beats the wrong end by far.
+        let worst = v.fixed_p99_ms.iter().map(|(_, p)| *p).fold(0.0, f64::max);
+        assert!(v.adaptive_p99_ms < 0.85 * worst, "{}: {table}", v.workload);
+    }
+}
