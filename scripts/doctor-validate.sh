@@ -8,6 +8,7 @@
 #
 #   bash scripts/doctor-validate.sh            # results in target/doctor-validate/results.md
 #   RUN_SECONDS=10 bash scripts/doctor-validate.sh
+#   SKIP_BUILD=1 bash scripts/doctor-validate.sh   # with target/release/{tailor,openloop} as built
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_PROFILE_BENCH_LTO=false CARGO_PROFILE_BENCH_CODEGEN_UNITS=16
@@ -25,7 +26,7 @@ if [ "$(nproc)" -lt 2 ]; then echo "doctor-validate: needs 2 CPUs"; exit 2; fi
 if ! command -v memcached >/dev/null || ! command -v nginx >/dev/null; then
     apt-get install -y memcached nginx-light >/dev/null || apt-get install -y memcached nginx >/dev/null
 fi
-cargo build --release -p tailor-cli -p tailor-bench --bin tailor --bin openloop
+[ -n "${SKIP_BUILD:-}" ] || chrt -i 0 cargo build --release -p tailor-cli -p tailor-bench --bin tailor --bin openloop
 TAILOR=$PWD/target/release/tailor
 OPENLOOP=$PWD/target/release/openloop
 rm -rf "$OUT" && mkdir -p "$OUT"
@@ -113,7 +114,7 @@ URL=http://127.0.0.1:$NGINX_PORT/
 
 # memcached, one worker thread on CPU 1.
 start_memcached 1
-MC_PEAK=$(peak memcached $MC 400000)
+MC_PEAK=$(peak memcached $MC 80000)
 MC_RATE=$(python3 -c "print(round($MC_PEAK * $RHO))")
 echo "memcached -t 1: peak $MC_PEAK req/s on one core; runs at $MC_RATE req/s"
 run quiet baseline memcached $MC "$MC_RATE" "$MC_PEAK"
@@ -134,7 +135,7 @@ stop "$SERVER_PID"
 
 # nginx: per-worker accept queues (2 workers, reuseport) vs one shared queue vs one worker.
 start_nginx 1 ""
-NG_PEAK=$(peak http "$URL" 60000)
+NG_PEAK=$(peak http "$URL" 20000)
 NG_RATE=$(python3 -c "print(round($NG_PEAK * $RHO))")
 echo "nginx 1 worker: peak $NG_PEAK req/s on one core; runs at $NG_RATE req/s"
 run nginx-1-worker baseline http "$URL" "$NG_RATE" "$NG_PEAK"

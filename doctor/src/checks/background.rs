@@ -114,11 +114,15 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
             other_cpu
         )
     };
-    let effect = format!(
-        "each wake-up of the service waits ~{:.0} µs for a CPU on average, more in the tail; waiting was {:.0}% of its runnable time — this adds directly to request latency",
-        wait_per_slice / 1e3,
-        wait_share * 100.0
-    );
+    let effect = if ctx.target.is_node() {
+        "runnable tasks wait for a CPU (the PSI share above): a request arriving then waits too".to_string()
+    } else {
+        format!(
+            "each wake-up of the service waits ~{:.0} µs for a CPU on average, more in the tail; waiting was {:.0}% of its runnable time — this adds directly to request latency",
+            wait_per_slice / 1e3,
+            wait_share * 100.0
+        )
+    };
     let fix = "give the service CPUs of its own, or run it above the other work: raise it to a real-time class or move the other work to SCHED_IDLE / an idle cgroup (Tales: raise priority to realtime or assign a dedicated core)";
     let node_fix = node_can(
         "yes: a critical tier matching the service with `cpus = \"…\"` (cpuset fence) and `rt_priority = 1`, and a best-effort tier for the other work (cpu.idle / SCHED_IDLE); journaled, undone by `tailor node safe-mode`",

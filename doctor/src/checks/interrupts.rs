@@ -62,7 +62,8 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
         })
         .collect();
     hits.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let rate: f64 = hits.iter().map(|h| h.0).sum();
+    // fold, not sum: an empty f64 sum is -0.0, which prints as "-0".
+    let rate = hits.iter().fold(0.0, |acc, h| acc + h.0);
     let irqbalance = numeric_entries(ctx.root, "proc").into_iter().find(|pid| {
         ctx.root.read(&format!("proc/{pid}/stat")).ok().and_then(|s| parse_stat(&s)).is_some_and(|s| s.comm == "irqbalance")
     });
