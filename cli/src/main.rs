@@ -5,6 +5,7 @@
 mod agent;
 mod benchproxy;
 mod demo;
+mod doctor;
 mod fanout;
 mod ladder;
 mod node;
@@ -55,6 +56,10 @@ enum Command {
     Scheduler(agent::AgentArgs),
     /// Tailor in front of any HTTP/gRPC service: the edge and the sidecar proxy (docs/proxy.md).
     Proxy(proxy::ProxyArgs),
+    /// Find what makes a service's tail exceed its ideal on this node (Tales of the Tail's
+    /// sources: background work, non-FIFO scheduling, per-worker queues, IRQs, NUMA, power
+    /// saving), or compare measured latencies with the ideal (`--ideal`) (docs/doctor.md).
+    Doctor(doctor::DoctorArgs),
     /// Print a shell completion script: `tailor completions bash > /etc/bash_completion.d/tailor`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -98,6 +103,7 @@ fn main() {
             Ok(())
         }
         Command::Proxy(args) => proxy::main(args),
+        Command::Doctor(args) => doctor::main(args),
     };
     if let Err(e) = result {
         eprintln!("tailor: {e}");
