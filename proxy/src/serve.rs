@@ -52,6 +52,37 @@ pub fn admin_response(path: &str, draining: bool, metrics: impl FnOnce() -> Stri
     }
 }
 
+/// Refused connections whose close may wait for the client's request at once.
+const MAX_LINGERING: usize = 256;
+
+/// Answers a connection beyond the cap with 503 and closes it. Closing a socket with unread
+/// input sends a reset, which can destroy the 503 before the client reads it (the client's
+/// request usually arrives just after the accept), so the close first sends FIN and reads
+/// and discards up to 64 KiB for up to 1 s — at most `MAX_LINGERING` such closes at a
+/// time; beyond that (a flood) the socket is just closed.
+fn refuse(stream: tokio::net::TcpStream, lingering: &Arc<Semaphore>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    // The answer fits any socket buffer.
+    let _ = stream.try_write(conn::REFUSED);
+    let Ok(slot) = lingering.clone().try_acquire_owned() else { return };
+    tokio::spawn(async move {
+        let _slot = slot;
+        let mut stream = stream;
+        let _ = stream.shutdown().await;
+        let mut buf = [0u8; 4096];
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            let mut read = 0;
+            while read < 64 * 1024 {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => read += n,
+                }
+            }
+        })
+        .await;
+    });
+}
+
 /// A listener and what serves it.
 struct Listener {
     listener: TcpListener,
@@ -74,6 +105,7 @@ async fn accept_loop(
 ) {
     let builder = conn::builder(&limits);
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let lingering = Arc::new(Semaphore::new(MAX_LINGERING));
     // The admin listener's connections are not client load: a separate gauge would be noise.
     let counted = if l.admin { Arc::new(Metrics::default()) } else { metrics };
     loop {
@@ -91,8 +123,7 @@ async fn accept_loop(
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             counted.connections_rejected.fetch_add(1, Relaxed);
-            // Best effort: the answer fits any socket buffer; then the socket is closed.
-            let _ = stream.try_write(conn::REFUSED);
+            refuse(stream, &lingering);
             continue;
         };
         let open = conn::Open::new(counted.clone(), permit);
