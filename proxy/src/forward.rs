@@ -191,12 +191,6 @@ impl Default for Upstreams {
 }
 
 impl Upstreams {
-    /// Sends `req` to `addr`, keeping its path, query, headers and body, with no bounds.
-    pub async fn send(&self, req: Request<Incoming>, addr: SocketAddr) -> Result<Response<Incoming>, BoxError> {
-        let req = req.map(|b| RequestBody::new(b, u64::MAX, None));
-        Ok(self.request(req, addr).await?)
-    }
-
     /// Sends `req` to `addr` within `limits`: its body at most `max_body_bytes` and within
     /// `body_read_timeout`, the response headers within `upstream_timeout` of the whole
     /// request having been sent (a client still sending is bounded by the body's timeout,
