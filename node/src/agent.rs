@@ -1,6 +1,8 @@
 //! The agent: turns tiers into cgroups and scheduling policies, places processes, and keeps
 //! reconciling (new processes and threads, processes that leave, settings someone rewrote).
 
+mod pods;
+
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -13,6 +15,7 @@ use crate::journal::{self, Entry, Journal, RestoreReport};
 use crate::kubepods::{self, PodSelector};
 use crate::probe::{Capabilities, Hierarchy, Role};
 use crate::procs;
+use pods::CachedLabel;
 
 /// One step of the plan, applied in order (parents before children, budgets before members).
 #[derive(Clone, Debug)]
@@ -56,6 +59,9 @@ pub struct Stats {
     pub departed: u64,
     /// Pod (or container) cgroups a `[tier.pods]` tier selected at the last reconcile.
     pub pod_cgroups: usize,
+    /// Settings and thread policies put back in pod cgroups no tier selects any more (a
+    /// labelled process left, or the label changed).
+    pub pod_changes_released: u64,
     /// Matched processes left where they are because the kubelet owns their cgroup.
     pub kubelet_owned_not_moved: u64,
     /// Cgroups the agent made that someone else removed, re-created.
@@ -92,6 +98,12 @@ pub struct Agent {
     /// Processes we failed to place, reported once each.
     reported: HashSet<(u32, u64)>,
     exclude: HashSet<u32>,
+    /// `[tier.pods]`: control files written in place at the last reconcile, and the
+    /// processes given a tier's thread policy (with the tier): what no tier selects any more
+    /// is put back.
+    pod_files: HashMap<PathBuf, usize>,
+    pod_processes: HashMap<(u32, u64), usize>,
+    labels: HashMap<u32, CachedLabel>,
     pub stats: Stats,
     pub warnings: Vec<String>,
 }
@@ -304,6 +316,9 @@ impl Agent {
             cache: HashMap::new(),
             reported: HashSet::new(),
             exclude,
+            pod_files: HashMap::new(),
+            pod_processes: HashMap::new(),
+            labels: HashMap::new(),
             stats: Stats::default(),
             warnings,
         })
@@ -339,6 +354,8 @@ impl Agent {
         }
         self.journal = Some(Journal::open(self.state_dir())?);
         self.cache.clear();
+        self.pod_files.clear();
+        self.pod_processes.clear();
         self.reconcile()?;
         Ok(leftover)
     }
@@ -347,6 +364,8 @@ impl Agent {
     pub fn safe_mode(&mut self) -> Result<RestoreReport, NodeError> {
         self.journal = None;
         self.cache.clear();
+        self.pod_files.clear();
+        self.pod_processes.clear();
         self.restore_node()
     }
 
@@ -365,47 +384,6 @@ impl Agent {
         self.apply_plan()?;
         self.apply_pod_tiers()?;
         self.place_processes();
-        Ok(())
-    }
-
-    /// `[tier.pods]` tiers: finds the pods' cgroups the kubelet made (they come and go) and
-    /// writes the tier's settings in place, journaled; sets the thread policies the tier
-    /// asks for on the processes inside. Moves nothing.
-    fn apply_pod_tiers(&mut self) -> Result<(), NodeError> {
-        let kubelet_root = self.config.kubelet_cgroup_root.trim_start_matches('/').to_string();
-        let mut selected = 0;
-        for tier in 0..self.tiers.len() {
-            let Some(selector) = self.tiers[tier].pods.clone() else { continue };
-            let mut members: Vec<(u32, u64)> = Vec::new();
-            for (h, file, value) in self.tiers[tier].pod_settings.clone() {
-                let pods = kubepods::discover(&h.root.join(&kubelet_root));
-                for dir in selector.targets(&h.root, &pods) {
-                    selected += 1;
-                    self.write_setting(&dir.join(file), &value)?;
-                }
-            }
-            if self.tiers[tier].sched_idle || self.tiers[tier].rt_band_priority.is_some() {
-                for h in &self.caps.hierarchies {
-                    let pods = kubepods::discover(&h.root.join(&kubelet_root));
-                    for dir in selector.targets(&h.root, &pods) {
-                        for pid in kubepods::procs_below(&dir) {
-                            if let Some(info) = procs::proc_info(pid).filter(|i| !i.kernel_thread && !i.exiting) {
-                                members.push((pid, info.start_time));
-                            }
-                        }
-                    }
-                }
-                members.sort_unstable();
-                members.dedup();
-                for (pid, _) in members {
-                    if let Err(e) = self.set_thread_policies(pid, tier) {
-                        self.stats.errors += 1;
-                        tracing::warn!("tier {:?}: pid {pid}: {e}", self.tiers[tier].name);
-                    }
-                }
-            }
-        }
-        self.stats.pod_cgroups = selected;
         Ok(())
     }
 

@@ -280,11 +280,21 @@ impl NodeConfig {
                         tier.name
                     ));
                 }
+                if let Some(label) = tier.pods.as_ref().and_then(|p| p.tier_label.as_deref()) {
+                    if let Err(why) = crate::kubepods::check_label_value(label) {
+                        errors.push(format!(
+                            "tier {:?}: [tier.pods] tier_label {label:?}: {why}. Fix: the value of the pod label \
+                             the downward API passes as TAILOR_TIER, e.g. tier_label = \"critical\"",
+                            tier.name
+                        ));
+                    }
+                }
                 let m = &tier.matcher;
                 if !(m.comm.is_empty() && m.exe.is_empty() && m.cgroup.is_empty() && m.pid.is_empty()) {
                     errors.push(format!(
                         "tier {:?}: [tier.match] with [tier.pods]: matched processes would be moved into the \
-                         agent's cgroups, out of the kubelet's. Fix: select pods only (qos, uid, container)",
+                         agent's cgroups, out of the kubelet's. Fix: select pods only (qos, uid, container, \
+                         tier_label)",
                         tier.name
                     ));
                 }

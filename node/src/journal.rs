@@ -7,7 +7,7 @@
 //! file and line, the readable entries are restored, and the file is kept aside as
 //! `journal.jsonl.corrupt` until someone has checked the node and deleted it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -43,6 +43,9 @@ pub enum Entry {
     },
     /// A thread whose scheduling policy we changed, with what it was.
     SetPolicy { tid: u32, start_time: u64, original: SchedState },
+    /// A change put back while the agent ran (a pod cgroup no tier selects any more): the
+    /// earlier entries with the same subject are void, and a later change records a new original.
+    Undone { of: Box<Entry> },
 }
 
 /// Append-only journal file.
@@ -52,8 +55,9 @@ pub struct Journal {
     /// Bytes of whole entries: a failed append is cut back to this, so a full disk never
     /// leaves half a line for the next entry to be glued to.
     len: u64,
-    /// Keys of what is already journaled: originals are recorded once (the first value is the true original).
-    seen: HashSet<String>,
+    /// What is already journaled, by key: originals are recorded once (the first value is
+    /// the true original) until undone.
+    seen: HashMap<String, Entry>,
 }
 
 impl Entry {
@@ -65,6 +69,7 @@ impl Entry {
                 format!("move:{pid}:{start_time}:{}", hierarchy.display())
             }
             Entry::SetPolicy { tid, start_time, .. } => format!("policy:{tid}:{start_time}"),
+            Entry::Undone { of } => format!("undone:{}", of.key()),
         }
     }
 }
@@ -104,23 +109,46 @@ impl Journal {
         if let Some(problem) = read.corrupt.first() {
             return Err(NodeError::Journal(format!("{problem}; restore it first (`tailor node safe-mode`)")));
         }
-        let seen = read.entries.iter().map(Entry::key).collect();
+        let seen = live(read.entries).into_iter().map(|e| (e.key(), e)).collect();
         let len = file.metadata().map_err(|e| NodeError::io(&path, e))?.len();
         Ok(Journal { path, file, len, seen })
     }
 
     /// Whether an original for this change is already recorded.
     pub fn has(&self, entry: &Entry) -> bool {
-        self.seen.contains(&entry.key())
+        self.seen.contains_key(&entry.key())
+    }
+
+    /// The recorded entry (with the original) for the same subject as `entry`, if any.
+    pub fn original(&self, entry: &Entry) -> Option<&Entry> {
+        self.seen.get(&entry.key())
     }
 
     /// Appends and fsyncs; returns only when the entry is on disk. Duplicate originals are skipped.
     pub fn record(&mut self, entry: Entry) -> Result<(), NodeError> {
         let key = entry.key();
-        if self.seen.contains(&key) {
+        if self.seen.contains_key(&key) {
             return Ok(());
         }
-        let line = encode_line(&entry);
+        self.append(&entry)?;
+        self.seen.insert(key, entry);
+        Ok(())
+    }
+
+    /// Records that the change `entry` names was put back (call it after putting it back: a
+    /// crash in between only restores the same original twice). Its original is forgotten.
+    pub fn undone(&mut self, entry: &Entry) -> Result<(), NodeError> {
+        let key = entry.key();
+        if !self.seen.contains_key(&key) {
+            return Ok(());
+        }
+        self.append(&Entry::Undone { of: Box::new(entry.clone()) })?;
+        self.seen.remove(&key);
+        Ok(())
+    }
+
+    fn append(&mut self, entry: &Entry) -> Result<(), NodeError> {
+        let line = encode_line(entry);
         let written = self.file.write_all(line.as_bytes()).and_then(|_| self.file.sync_data());
         if let Err(e) = written {
             // The change will not be made; take back whatever part of the line got out.
@@ -132,13 +160,32 @@ impl Journal {
             )));
         }
         self.len += line.len() as u64;
-        self.seen.insert(key);
         Ok(())
     }
 
     pub fn entries(&self) -> usize {
         self.seen.len()
     }
+}
+
+/// The entries still in force: those an `Undone` after them voids are dropped, and so are the
+/// `Undone` markers themselves.
+fn live(entries: Vec<Entry>) -> Vec<Entry> {
+    let mut voided = HashSet::new();
+    let mut out: Vec<Entry> = entries
+        .into_iter()
+        .rev()
+        .filter_map(|e| match e {
+            Entry::Undone { of } => {
+                voided.insert(of.key());
+                None
+            }
+            e if voided.contains(&e.key()) => None,
+            e => Some(e),
+        })
+        .collect();
+    out.reverse();
+    out
 }
 
 /// FNV-1a, 64 bits: a line's check value (not a defence against tampering, only damage).
@@ -234,6 +281,7 @@ impl RestoreReport {
 pub fn restore(state_dir: &Path) -> Result<RestoreReport, NodeError> {
     let path = Journal::path_in(state_dir);
     let ReadJournal { entries, corrupt } = read_entries(&path)?;
+    let entries = live(entries);
     let mut report = RestoreReport { entries: entries.len(), corrupt, ..Default::default() };
     let created: Vec<&PathBuf> =
         entries.iter().filter_map(|e| if let Entry::CreatedDir { path, .. } = e { Some(path) } else { None }).collect();
@@ -284,6 +332,8 @@ pub fn restore(state_dir: &Path) -> Result<RestoreReport, NodeError> {
                 }
                 restore_file(path, original, &mut report);
             }
+            // `live` left none: what they undid is already put back.
+            Entry::Undone { .. } => {}
             Entry::CreatedDir { path, fallback_dir, rt_band_priority } => {
                 if !path.exists() {
                     continue;
@@ -508,6 +558,35 @@ mod tests {
         assert!(!Journal::path_in(&dir).exists());
         // Idempotent.
         assert_eq!(restore(&dir).unwrap().entries, 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_undone_change_is_not_restored_again_and_a_new_one_keeps_its_own_original() {
+        let dir = std::env::temp_dir().join(format!("tailor-journal-undone-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("cpu.weight");
+        let wrote = |original: &str| Entry::WroteFile { path: target.clone(), original: original.into() };
+        std::fs::write(&target, "100").unwrap();
+        {
+            let mut j = Journal::open(&dir).unwrap();
+            j.record(wrote("100")).unwrap();
+            std::fs::write(&target, "10000").unwrap();
+            assert_eq!(j.original(&wrote("")), Some(&wrote("100")));
+            // Put back while running, then someone else (the kubelet) sets 250.
+            std::fs::write(&target, "100").unwrap();
+            j.undone(&wrote("")).unwrap();
+            assert!(!j.has(&wrote("")));
+            std::fs::write(&target, "250").unwrap();
+            j.record(wrote("250")).unwrap();
+            std::fs::write(&target, "10000").unwrap();
+        }
+        // A reopened journal knows the live original only.
+        assert_eq!(Journal::open(&dir).unwrap().original(&wrote("")), Some(&wrote("250")));
+        let report = restore(&dir).unwrap();
+        assert_eq!(report.files_restored, 1, "{report:?}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "250", "not the value undone before it");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

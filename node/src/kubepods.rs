@@ -40,8 +40,8 @@ pub struct PodCgroup {
 }
 
 /// Which pods a tier selects (`[tier.pods]`): every listed criterion must hold; an empty
-/// list does not restrict. `container` patterns make the tier act on the matching container
-/// cgroups instead of the whole pod's.
+/// list (or no `tier_label`) does not restrict. `container` patterns make the tier act on the
+/// matching container cgroups instead of the whole pod's.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PodSelector {
@@ -55,12 +55,28 @@ pub struct PodSelector {
     /// the hierarchy root, e.g. "*/cri-containerd-*.scope" or "*/pod*/*".
     #[serde(default)]
     pub container: Vec<String>,
+    /// The pod's tier label, as its processes see it: a pod (or, with `container`, a
+    /// container) cgroup is selected while it holds a process whose environment carries
+    /// `TAILOR_TIER=<tier_label>`. Kubernetes puts it there from a pod label through the
+    /// downward API (docs/kubernetes.md); the node shows it without asking the API server.
+    #[serde(default)]
+    pub tier_label: Option<String>,
 }
 
 impl PodSelector {
     /// The cgroup directories this selector names in `pods`: pod dirs, or container dirs
     /// matching a `container` pattern (paths relative to `root` for the patterns).
-    pub fn targets(&self, root: &Path, pods: &[PodCgroup]) -> Vec<PathBuf> {
+    /// `label_of(pid)` gives a process's `TAILOR_TIER`; it is asked only with a `tier_label`.
+    pub fn targets(
+        &self,
+        root: &Path,
+        pods: &[PodCgroup],
+        label_of: &mut dyn FnMut(u32) -> Option<String>,
+    ) -> Vec<PathBuf> {
+        let mut labelled = |dir: &Path| match &self.tier_label {
+            None => true,
+            Some(want) => procs_below(dir).into_iter().any(|pid| label_of(pid).as_deref() == Some(want.as_str())),
+        };
         let mut out = Vec::new();
         for pod in pods {
             let qos_ok = self.qos.is_empty() || self.qos.contains(&pod.qos);
@@ -69,18 +85,40 @@ impl PodSelector {
                 continue;
             }
             if self.container.is_empty() {
-                out.push(pod.dir.clone());
+                if labelled(&pod.dir) {
+                    out.push(pod.dir.clone());
+                }
                 continue;
             }
             for c in &pod.containers {
                 let rel = format!("/{}", c.strip_prefix(root).unwrap_or(c).display());
-                if self.container.iter().any(|p| glob_match(p, &rel)) {
+                if self.container.iter().any(|p| glob_match(p, &rel)) && labelled(c) {
                     out.push(c.clone());
                 }
             }
         }
         out
     }
+}
+
+/// Whether `value` can be a Kubernetes label value that names a tier: 1 to 63 characters,
+/// letters, digits, `-`, `_` or `.`, beginning and ending with a letter or digit. (The API
+/// allows an empty value too, but an empty `TAILOR_TIER` names no tier.)
+pub fn check_label_value(value: &str) -> Result<(), String> {
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    if value.is_empty() {
+        return Err("is empty".into());
+    }
+    if value.len() > 63 {
+        return Err(format!("is {} characters; a label value has at most 63", value.len()));
+    }
+    if !value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+        return Err("may hold only letters, digits, '-', '_' and '.' (a Kubernetes label value)".into());
+    }
+    if !alnum(value.chars().next()) || !alnum(value.chars().last()) {
+        return Err("must begin and end with a letter or digit (a Kubernetes label value)".into());
+    }
+    Ok(())
 }
 
 /// Whether `text` matches `pattern`, where `*` matches any run of characters (also `/`).
@@ -191,6 +229,57 @@ mod tests {
         assert!(glob_match("/kubepods/besteffort/*", "/kubepods/besteffort/podx/c1"));
         assert!(glob_match("exact", "exact") && !glob_match("exact", "exactly"));
         assert!(!glob_match("a*a", "a"), "the two ends may not overlap");
+    }
+
+    #[test]
+    fn a_tier_label_selects_pods_and_containers_holding_a_labelled_process() {
+        let root = std::env::temp_dir().join(format!("tailor-kubepods-label-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let container = |rel: &str, pids: &str| {
+            let dir = root.join(rel);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("cgroup.procs"), pids).unwrap();
+        };
+        container("kubepods/burstable/podshop/app", "10\n");
+        container("kubepods/burstable/podshop/sidecar", "11\n");
+        container("kubepods/burstable/podplain/app", "20\n");
+        container("kubepods/podlied/app", "30\n");
+        let pods = discover(&root);
+        let labels = |pid: u32| match pid {
+            10 => Some("critical".to_string()),
+            30 => Some("critical-ish".to_string()),
+            _ => None,
+        };
+        let rel = |dirs: Vec<PathBuf>| -> Vec<String> {
+            dirs.iter().map(|d| d.strip_prefix(&root).unwrap().display().to_string()).collect()
+        };
+        let asked = std::cell::Cell::new(0);
+        let mut label_of = |pid| {
+            asked.set(asked.get() + 1);
+            labels(pid)
+        };
+        let by_label = PodSelector { tier_label: Some("critical".into()), ..Default::default() };
+        assert_eq!(rel(by_label.targets(&root, &pods, &mut label_of)), ["kubepods/burstable/podshop"]);
+        let app_only = PodSelector { container: vec!["*/app".into()], ..by_label.clone() };
+        assert_eq!(rel(app_only.targets(&root, &pods, &mut label_of)), ["kubepods/burstable/podshop/app"]);
+        let sidecar = PodSelector { container: vec!["*/sidecar".into()], ..by_label.clone() };
+        assert!(sidecar.targets(&root, &pods, &mut label_of).is_empty(), "the sidecar carries no label");
+        let guaranteed = PodSelector { qos: vec![Qos::Guaranteed], ..by_label.clone() };
+        assert!(guaranteed.targets(&root, &pods, &mut label_of).is_empty(), "every criterion must hold");
+        asked.set(0);
+        let all = PodSelector::default().targets(&root, &pods, &mut label_of);
+        assert_eq!(all.len(), 3);
+        assert_eq!(asked.get(), 0, "no label read without a tier_label");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn label_values() {
+        assert!(check_label_value("critical").is_ok() && check_label_value("a.b_c-9").is_ok());
+        assert!(check_label_value("").unwrap_err().contains("empty"));
+        assert!(check_label_value("a b").is_err() && check_label_value("a/b").is_err());
+        assert!(check_label_value("-a").is_err() && check_label_value("a.").is_err());
+        assert!(check_label_value(&"x".repeat(64)).unwrap_err().contains("63"));
     }
 
     #[test]

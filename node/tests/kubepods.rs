@@ -48,12 +48,27 @@ impl Drop for Tree {
 /// A process with a name unique to this test (so no other test's tiers match it), in
 /// `container` cgroups (one per hierarchy).
 fn contained(sb: &Sandbox, comm: &str, containers: &[PathBuf]) -> Proc {
+    labelled(sb, comm, None, containers)
+}
+
+/// [`contained`], with `TAILOR_TIER=<label>` in its environment (as the downward API puts a
+/// pod label there).
+fn labelled(sb: &Sandbox, comm: &str, label: Option<&str>, containers: &[PathBuf]) -> Proc {
     let exe = sb.dir.join(comm);
     if !exe.exists() {
         std::fs::copy("/bin/sleep", &exe).unwrap();
     }
-    let p = Proc(Command::new(&exe).arg("1000").stdin(Stdio::null()).stdout(Stdio::null()).spawn().unwrap());
-    exec_done(p.pid(), comm, None);
+    let mut cmd = Command::new(&exe);
+    cmd.arg("1000").stdin(Stdio::null()).stdout(Stdio::null()).env_remove("TAILOR_TIER");
+    if let Some(l) = label {
+        cmd.env("TAILOR_TIER", l);
+    }
+    let p = Proc(cmd.spawn().unwrap());
+    exec_done(p.pid(), comm, label);
+    // SCHED_OTHER, whatever the test runs at (e.g. under `chrt -i 0`): the checks below tell
+    // the tier's SCHED_IDLE from an inherited one.
+    let other = tailor_node::procs::SchedState { policy: libc::SCHED_OTHER, rt_priority: 0, nice: 0 };
+    tailor_node::procs::set_sched_state(p.pid(), other).unwrap();
     for c in containers {
         std::fs::write(c.join("cgroup.procs"), p.pid().to_string()).unwrap();
     }
@@ -266,4 +281,245 @@ fn pod_tiers_refuse_a_fence_and_process_selectors() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("rt_runtime_us") && err.contains("[tier.pods]") && err.contains("Fix: remove"), "{err}");
+}
+
+/// One pod of the label test: its dir and containers (relative to the hierarchy root).
+struct LabelLayout {
+    /// Burstable, two containers: `app` carries the critical label, `sidecar` none.
+    shop_pod: String,
+    shop_app: String,
+    shop_sidecar: String,
+    /// Burstable, no label anywhere: untouched.
+    plain_pod: String,
+    plain_container: String,
+    /// Best-effort, one container whose processes carry the batch label.
+    batch_pod: String,
+    batch_container: String,
+}
+
+fn label_layout(systemd: bool, kubelet_root: &str) -> LabelLayout {
+    let r = kubelet_root;
+    let pod = |qos: &str, uid: &str| {
+        if systemd {
+            let uid = uid.replace('-', "_");
+            format!("{r}/kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{uid}.slice")
+        } else {
+            format!("{r}/kubepods/{qos}/pod{uid}")
+        }
+    };
+    let container = |id: &str| if systemd { format!("cri-containerd-{id}.scope") } else { id.to_string() };
+    let (shop, plain, batch) =
+        (pod("burstable", "5a0e-shop"), pod("burstable", "5a0e-plain"), pod("besteffort", "5a0e-batch"));
+    LabelLayout {
+        shop_app: format!("{shop}/{}", container("a11")),
+        shop_sidecar: format!("{shop}/{}", container("b22")),
+        plain_container: format!("{plain}/{}", container("c33")),
+        batch_container: format!("{batch}/{}", container("d44")),
+        shop_pod: shop,
+        plain_pod: plain,
+        batch_pod: batch,
+    }
+}
+
+/// The cpu setting a tier writes in one hierarchy's cgroup `rel`: v1 `cpu.shares`, v2
+/// `cpu.weight` (None elsewhere).
+fn weight_file(h: &tailor_node::probe::Hierarchy, rel: &str) -> Option<PathBuf> {
+    let file = match h.role {
+        Role::V1Cpu => "cpu.shares",
+        Role::Unified => "cpu.weight",
+        _ => return None,
+    };
+    Some(h.root.join(rel.trim_start_matches('/')).join(file))
+}
+
+fn pods_opt_in_by_their_tier_label(systemd: bool) {
+    let caps = Capabilities::probe();
+    let sb = Sandbox::new();
+    let kubelet_root = format!("/{}-kubelet", sb.name);
+    let l = label_layout(systemd, &kubelet_root);
+    let mut tree = Tree { dirs: Vec::new() };
+    let hierarchies: Vec<_> =
+        caps.hierarchies.iter().filter(|h| matches!(h.role, Role::V1Cpu | Role::Unified | Role::PsiOnly)).collect();
+    let tunable: Vec<_> = hierarchies.iter().filter(|h| matches!(h.role, Role::V1Cpu | Role::Unified)).collect();
+    let mut dirs = |rel: &str| hierarchies.iter().map(|h| tree.mkdir(&h.root, rel)).collect::<Vec<_>>();
+    let (app, sidecar, plain, batch) =
+        (dirs(&l.shop_app), dirs(&l.shop_sidecar), dirs(&l.plain_container), dirs(&l.batch_container));
+
+    // Labels as the downward API would set them: unique to this test, so parallel tests'
+    // processes never carry them.
+    let (crit_label, batch_label) = (sb.tier("critical"), sb.tier("batch"));
+    let comm = format!("tlbl{}", std::process::id() % 100_000);
+    let mut shop_app = labelled(&sb, &comm, Some(&crit_label), &app);
+    let shop_sidecar = labelled(&sb, &comm, None, &sidecar);
+    let plain_proc = labelled(&sb, &comm, Some("no-tier-has-this-label"), &plain);
+    let batch_worker = labelled(&sb, &comm, Some(&batch_label), &batch);
+    let batch_helper = labelled(&sb, &comm, None, &batch);
+    let everyone = |ps: &[&Proc]| ps.iter().map(|p| cpu_cgroup_of(p.pid())).collect::<Vec<_>>();
+    let placed = everyone(&[&shop_app, &shop_sidecar, &plain_proc, &batch_worker, &batch_helper]);
+
+    // Every value the agent may touch, before it runs.
+    let mut watched: Vec<PathBuf> = Vec::new();
+    for h in &tunable {
+        for rel in [&l.shop_pod, &l.shop_app, &l.plain_pod, &l.batch_pod] {
+            watched.extend(weight_file(h, rel));
+        }
+        watched.push(h.root.join(l.batch_container.trim_start_matches('/')).join("cpu.idle"));
+    }
+    watched.retain(|f| f.exists());
+    let originals: Vec<(PathBuf, String)> = watched.iter().map(|f| (f.clone(), read(f))).collect();
+    let original = |f: &Path| originals.iter().find(|(p, _)| p == f).map(|(_, v)| v.clone()).unwrap();
+
+    // Pods labelled critical are critical (whole pod); the batch label makes the matching
+    // container idle with SCHED_IDLE threads; an ordinary tier matches every process by name
+    // and must leave them in the kubelet's cgroups.
+    let (_, mut config) = sb.config(&format!(
+        "[[tier]]\nname = \"{crit}\"\nkind = \"critical\"\ncpu_weight = 10000\n[tier.pods]\ntier_label = \"{crit_label}\"\n\
+         [[tier]]\nname = \"{be}\"\nkind = \"best-effort\"\nsched_idle = true\n[tier.pods]\ntier_label = \"{batch_label}\"\n\
+         container = [\"*/{cont}\"]\n\
+         [[tier]]\nname = \"{norm}\"\nkind = \"normal\"\n[tier.match]\ncomm = [\"{comm}\"]\n",
+        crit = sb.tier("crit"),
+        be = sb.tier("be"),
+        norm = sb.tier("norm"),
+        cont = if systemd { "cri-containerd-*.scope" } else { "d44" },
+    ));
+    config.kubelet_cgroup_root = kubelet_root.clone();
+    let mut agent = Agent::new(config, caps.clone()).unwrap();
+    agent.start_enforcing().unwrap();
+    agent.reconcile().unwrap();
+
+    assert_eq!(
+        everyone(&[&shop_app, &shop_sidecar, &plain_proc, &batch_worker, &batch_helper]),
+        placed,
+        "no process moved"
+    );
+    assert_eq!(agent.stats.pod_cgroups, 2 * tunable.len(), "the shop pod and the batch container: {:?}", agent.stats);
+    for h in &tunable {
+        let shop = weight_file(h, &l.shop_pod).unwrap();
+        assert_eq!(read(&shop), if h.role == Role::V1Cpu { "102400" } else { "10000" }, "{}", shop.display());
+        for rel in [&l.plain_pod, &l.batch_pod, &l.shop_app] {
+            let f = weight_file(h, rel).unwrap();
+            assert_eq!(read(&f), original(&f), "{} is not selected", f.display());
+        }
+        let idle = h.root.join(l.batch_container.trim_start_matches('/')).join("cpu.idle");
+        if caps.cpu_idle {
+            assert_eq!(read(&idle), "1", "{}", idle.display());
+        }
+    }
+    for p in [&batch_worker, &batch_helper] {
+        assert_eq!(policy_of(p.pid()), libc::SCHED_IDLE, "every process of the batch container");
+    }
+    for p in [&shop_app, &plain_proc] {
+        assert_eq!(policy_of(p.pid()), libc::SCHED_OTHER);
+    }
+
+    // The labelled process leaves; the sidecar stays: the pod is no longer selected and gets
+    // its values back at the next reconcile. A new labelled process selects it again.
+    drop(shop_app);
+    agent.reconcile().unwrap();
+    for h in &tunable {
+        let shop = weight_file(h, &l.shop_pod).unwrap();
+        assert_eq!(read(&shop), original(&shop), "{} put back when no process carries the label", shop.display());
+    }
+    assert!(agent.stats.pod_changes_released >= tunable.len() as u64, "{:?}", agent.stats);
+    shop_app = labelled(&sb, &comm, Some(&crit_label), &app);
+    agent.reconcile().unwrap();
+    for h in &tunable {
+        let shop = weight_file(h, &l.shop_pod).unwrap();
+        assert_eq!(read(&shop), if h.role == Role::V1Cpu { "102400" } else { "10000" }, "selected again");
+    }
+    // The batch worker leaves: its helper's SCHED_IDLE is put back while the agent runs.
+    drop(batch_worker);
+    agent.reconcile().unwrap();
+    assert_eq!(policy_of(batch_helper.pid()), libc::SCHED_OTHER, "policy released with the container");
+    let idle =
+        |h: &tailor_node::probe::Hierarchy| h.root.join(l.batch_container.trim_start_matches('/')).join("cpu.idle");
+    for h in tunable.iter().filter(|_| caps.cpu_idle) {
+        assert_eq!(read(&idle(h)), original(&idle(h)), "{}", idle(h).display());
+    }
+
+    let report = agent.safe_mode().unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    for (file, value) in &originals {
+        assert_eq!(&read(file), value, "{} restored", file.display());
+    }
+    assert_eq!(
+        everyone(&[&shop_app, &shop_sidecar, &plain_proc, &batch_helper])[..],
+        [&placed[..3], &placed[4..]].concat()[..]
+    );
+    assert_eq!(policy_of(shop_app.pid()), libc::SCHED_OTHER);
+    for (_, dir) in &tree.dirs {
+        assert!(dir.exists(), "safe mode removed {}, which the kubelet owns", dir.display());
+    }
+}
+
+#[test]
+fn pods_opt_in_by_tier_label_cgroupfs_driver() {
+    let _turn = RT_BUDGET.lock().unwrap_or_else(|p| p.into_inner());
+    if root_or_skip("pods_opt_in_by_tier_label_cgroupfs_driver") {
+        pods_opt_in_by_their_tier_label(false);
+    }
+}
+
+#[test]
+fn pods_opt_in_by_tier_label_systemd_driver() {
+    let _turn = RT_BUDGET.lock().unwrap_or_else(|p| p.into_inner());
+    if root_or_skip("pods_opt_in_by_tier_label_systemd_driver") {
+        pods_opt_in_by_their_tier_label(true);
+    }
+}
+
+#[test]
+fn a_bad_tier_label_is_named_with_file_and_field() {
+    let pods = |body: &str| format!("[[tier]]\nname = \"c\"\nkind = \"critical\"\n[tier.pods]\n{body}\n");
+    let err = tailor_node::NodeConfig::parse(&pods("tier_lable = \"critical\""), "n.toml").unwrap_err().to_string();
+    assert!(err.contains("n.toml:5") && err.contains("tier_lable") && err.contains("tier_label"), "{err}");
+    let err = tailor_node::NodeConfig::parse(&pods("tier_label = \"\""), "n.toml").unwrap_err().to_string();
+    assert!(err.contains("n.toml") && err.contains("tier_label \"\": is empty"), "{err}");
+    let err = tailor_node::NodeConfig::parse(&pods("tier_label = \"gold tier\""), "n.toml").unwrap_err().to_string();
+    assert!(err.contains("tier \"c\"") && err.contains("tier_label \"gold tier\"") && err.contains("letters"), "{err}");
+    let err = tailor_node::NodeConfig::parse(&pods("tier_label = \"-x\""), "n.toml").unwrap_err().to_string();
+    assert!(err.contains("begin and end"), "{err}");
+    tailor_node::NodeConfig::parse(&pods("tier_label = \"critical\"\nqos = [\"guaranteed\"]"), "n.toml").unwrap();
+}
+
+/// The agent binary, SIGTERM: a pod selected by its label gets the tier's weight while the
+/// agent runs and its own value back when the agent stops.
+#[test]
+fn a_labelled_pods_weight_is_restored_at_sigterm() {
+    let _turn = RT_BUDGET.lock().unwrap_or_else(|p| p.into_inner());
+    if !root_or_skip("a_labelled_pods_weight_is_restored_at_sigterm") {
+        return;
+    }
+    let caps = Capabilities::probe();
+    let sb = Sandbox::new();
+    let kubelet_root = format!("/{}-kubelet", sb.name);
+    let l = label_layout(true, &kubelet_root);
+    let mut tree = Tree { dirs: Vec::new() };
+    let tunable: Vec<_> = caps.hierarchies.iter().filter(|h| matches!(h.role, Role::V1Cpu | Role::Unified)).collect();
+    let app: Vec<PathBuf> = tunable.iter().map(|h| tree.mkdir(&h.root, &l.shop_app)).collect();
+    let label = sb.tier("critical");
+    let comm = format!("tsig{}", std::process::id() % 100_000);
+    let shop = labelled(&sb, &comm, Some(&label), &app);
+    let placed = cpu_cgroup_of(shop.pid());
+    let files: Vec<PathBuf> = tunable.iter().filter_map(|h| weight_file(h, &l.shop_pod)).collect();
+    let originals: Vec<String> = files.iter().map(|f| read(f)).collect();
+    let (config, _) = sb.config(&format!(
+        "kubelet_cgroup_root = \"{kubelet_root}\"\n[[tier]]\nname = \"{}\"\nkind = \"critical\"\ncpu_weight = 10000\n\
+         [tier.pods]\ntier_label = \"{label}\"\n",
+        sb.tier("crit")
+    ));
+    let agent = Proc(Command::new(BIN).arg("run").arg("--config").arg(&config).stderr(Stdio::null()).spawn().unwrap());
+    let tuned = || files.iter().all(|f| ["102400", "10000"].contains(&read(f).as_str()));
+    assert!(wait_for(std::time::Duration::from_secs(10), tuned).is_some(), "the agent did not tune the labelled pod");
+    assert_eq!(cpu_cgroup_of(shop.pid()), placed, "not moved");
+
+    // SAFETY: SIGTERM to the agent process this test started.
+    unsafe { libc::kill(agent.pid() as i32, libc::SIGTERM) };
+    let mut child = agent;
+    let stopped = wait_for(std::time::Duration::from_secs(10), || child.0.try_wait().ok().flatten().is_some());
+    assert!(stopped.is_some(), "the node agent did not stop on SIGTERM");
+    for (f, v) in files.iter().zip(&originals) {
+        assert_eq!(&read(f), v, "{} restored at SIGTERM", f.display());
+    }
+    assert_eq!(cpu_cgroup_of(shop.pid()), placed);
 }
