@@ -82,6 +82,7 @@ assert set(found) == {"node.toml", "sidecar.toml", "edge.toml"}, found.keys()
 node = found["node.toml"]
 assert [t["name"] for t in node["tier"]] == ["critical", "normal", "best-effort"], node
 assert all("pods" in t and "cpus" not in t for t in node["tier"]), "pod tiers, never fenced"
+assert any(t["pods"].get("tier_label") for t in node["tier"]), "a tier selected by the pods' tier label"
 assert found["edge.toml"]["routes"][0]["upstreams"], found["edge.toml"]
 print("k8s-validate: node.toml, sidecar.toml, edge.toml parse")
 PY
