@@ -117,7 +117,9 @@ pub enum KeyOrderError {
     #[error("orf with c = {c} on {cpus} CPUs: key ordering runs the {cpus} oldest jobs (c = CPUs); orf's processor sharing among more jobs than CPUs needs time slices")]
     OrfCNotCpus { c: usize, cpus: usize },
     /// The policy does not order jobs by one static key.
-    #[error("{policy} does not order jobs by one static key; key ordering supports orf (c = CPUs), gfifo, edf and keyed")]
+    #[error(
+        "{policy} does not order jobs by one static key; key ordering supports orf (c = CPUs), gfifo, edf and keyed"
+    )]
     NotKeyed { policy: &'static str },
 }
 

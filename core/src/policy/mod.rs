@@ -296,9 +296,11 @@ impl PolicySpec {
             PolicySpec::Random { seed: own } => {
                 AnyPolicy::Queue(NonPreemptive::new(cpus, Discipline::Random { seed: seed ^ own.rotate_left(32) }))
             }
-            PolicySpec::Keyed { key, bucket_us } => {
-                AnyPolicy::Keyed(Keyed::new(cpus, key, positive_nanos("keyed", "bucket_us", bucket_us, NANOS_PER_MICRO)?))
-            }
+            PolicySpec::Keyed { key, bucket_us } => AnyPolicy::Keyed(Keyed::new(
+                cpus,
+                key,
+                positive_nanos("keyed", "bucket_us", bucket_us, NANOS_PER_MICRO)?,
+            )),
         })
     }
 }
