@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use tailor_core::policy::{keyed, KeyField};
 use tailor_core::{Nanos, PolicySpec, Progress, Rng};
 use tailor_runtime::{BackendSpec, Park};
 use tailor_sim::plot::{line_plot_styled, Line, Series};
@@ -158,9 +159,15 @@ impl DemoConfig {
             Mode::OrfBand | Mode::OrfParkIdle => {
                 ModeModel { host_policy: PolicySpec::Orf { c: self.orf_c, slice_us: self.slice_us }, admit: None }
             }
-            // The kernel preempts a younger job the moment an older one wakes: orf with the
-            // paper's 30 µs slice is the nearest the simulator's orf comes to that.
-            Mode::Orf => ModeModel { host_policy: PolicySpec::Orf { c: self.orf_c, slice_us: 30.0 }, admit: None },
+            // What the agent enforces for `--policy orf --c orf_c --enforce priority
+            // --bucket-us bucket_us` on these CPUs: core's key ordering by GAT, the same
+            // bucket and level count. (An `orf_c` other than the CPU count makes the agent
+            // refuse to start, so no run of this mode is ever predicted with that.)
+            Mode::Orf => {
+                let orf = PolicySpec::Orf { c: self.orf_c, slice_us: self.slice_us };
+                let key = keyed::key_field_of(&orf, self.cores).unwrap_or(KeyField::Gat);
+                ModeModel { host_policy: PolicySpec::Keyed { key, bucket_us: self.bucket_us }, admit: None }
+            }
         }
     }
 }
@@ -826,4 +833,59 @@ fn plot(report: &DemoReport, w: Workload) -> String {
         &series,
         &[(Line::Solid, "measured"), (Line::Dashed, "simulated")],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(cores: usize) -> DemoConfig {
+        DemoConfig {
+            exe: PathBuf::from("tailor"),
+            tier_args: vec![],
+            agent_args: vec![],
+            tiers: 3,
+            cores,
+            mean_ms: 1.0,
+            workloads: vec![Workload::Exp],
+            loads: vec![0.5],
+            modes: Mode::ALL.to_vec(),
+            requests: 1000,
+            warmup: 100,
+            seed: 1,
+            out: PathBuf::from("out"),
+            orf_c: cores,
+            slice_us: 500.0,
+            bucket_us: 2000.0,
+            trace: None,
+            timeout: Duration::from_secs(1),
+            idle_states_off: false,
+        }
+    }
+
+    /// Each mode is predicted by the policy it runs: `orf` by the key ordering its agent
+    /// enforces (same key, bucket and level count), the band modes by the policy their
+    /// agent runs, the cooperative ones by their gate's policy on Linux's scheduler.
+    #[test]
+    fn every_mode_is_predicted_by_the_policy_it_runs() {
+        let cfg = config(2);
+        let orf = cfg.model(Mode::Orf);
+        assert_eq!(orf.host_policy, PolicySpec::Keyed { key: KeyField::Gat, bucket_us: 2000.0 });
+        assert_eq!(orf.admit, None);
+        // The agent decides the key the same way (`--policy orf --c 2 --cpus 2`).
+        let agent_key = tailor_runtime::kernel::Enforce::key_of(&PolicySpec::Orf { c: 2, slice_us: 500.0 }, 2);
+        assert_eq!(agent_key, Ok(KeyField::Gat as u32));
+        for mode in [Mode::OrfBand, Mode::OrfParkIdle] {
+            assert_eq!(cfg.model(mode).host_policy, PolicySpec::Orf { c: 2, slice_us: 500.0 });
+        }
+        assert_eq!(cfg.model(Mode::Rr).host_policy, PolicySpec::Rr { slice_us: 500.0 });
+        assert_eq!(cfg.model(Mode::OrfCoop).admit, Some(("gfifo", 2)));
+        assert_eq!(cfg.model(Mode::Fifo).admit, Some(("fifo", 2)));
+        // The cooperative gates are the backends those modes run.
+        let table = Path::new("/dev/shm/unused");
+        for mode in [Mode::OrfCoop, Mode::Fifo] {
+            let BackendSpec::Cooperative { policy, c } = cfg.backend(mode, table) else { panic!("{mode:?}") };
+            assert_eq!(cfg.model(mode).admit, Some((policy.name(), c)), "{mode:?}");
+        }
+    }
 }

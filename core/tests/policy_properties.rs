@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
+use tailor_core::policy::keyed::{self, KeyField, Keyed};
 use tailor_core::policy::Orf;
 use tailor_core::{Job, JobId, Nanos, Policy, PolicySpec};
 
@@ -29,6 +30,10 @@ fn all_specs(c: usize, slice_us: f64, seed: u64) -> Vec<PolicySpec> {
         PolicySpec::Fair { min_granularity_ms: 0.02, latency_ms: 0.1 },
         PolicySpec::Lifo,
         PolicySpec::Random { seed },
+        // Keys span 0..40 µs: 1 µs buckets run out of levels and shift the base; 3 µs
+        // buckets put several keys on one level.
+        PolicySpec::Keyed { key: KeyField::Gat, bucket_us: 1.0 },
+        PolicySpec::Keyed { key: KeyField::Deadline, bucket_us: 3.0 },
     ];
     // A new variant must be added above: this match has no wildcard.
     let kinds: BTreeSet<usize> = specs
@@ -45,9 +50,10 @@ fn all_specs(c: usize, slice_us: f64, seed: u64) -> Vec<PolicySpec> {
             PolicySpec::Lifo => 8,
             PolicySpec::Random { .. } => 9,
             PolicySpec::OrfAdaptive { .. } => 10,
+            PolicySpec::Keyed { .. } => 11,
         })
         .collect();
-    assert_eq!(kinds.len(), 11);
+    assert_eq!(kinds.len(), 12);
     specs
 }
 
@@ -90,6 +96,8 @@ struct Driver {
     orf: Option<Orf>,
     /// ORF pool capacity, `max(c, cpus)`.
     cap: usize,
+    /// For `keyed`, a concrete instance too, whose base and levels are checked.
+    keyed: Option<Keyed>,
     now: Nanos,
     next_id: JobId,
     /// Counts arrive and wake calls: the order ties are broken in.
@@ -102,6 +110,8 @@ struct Driver {
     /// ORF: running jobs that were among the `cap` oldest at some check since
     /// they got their CPU (a marked evictee keeps running until its slice ends).
     earned: BTreeSet<JobId>,
+    /// The last base seen of the concrete `keyed` instance.
+    keyed_base: Nanos,
 }
 
 impl Driver {
@@ -117,7 +127,12 @@ impl Driver {
             }
             _ => (None, 0),
         };
+        let keyed = match spec {
+            PolicySpec::Keyed { key, bucket_us } => Some(Keyed::new(cpus, key, (bucket_us * 1000.0).round() as Nanos)),
+            _ => None,
+        };
         Driver {
+            keyed,
             p: spec.build(cpus, seed).unwrap(),
             twin: spec.build(cpus, seed).unwrap(),
             spec,
@@ -132,6 +147,7 @@ impl Driver {
             blocked: BTreeSet::new(),
             prev: vec![None; cpus],
             earned: BTreeSet::new(),
+            keyed_base: 0,
         }
     }
 
@@ -140,6 +156,9 @@ impl Driver {
         f(&mut *self.twin);
         if let Some(o) = &mut self.orf {
             f(o);
+        }
+        if let Some(k) = &mut self.keyed {
+            f(k);
         }
     }
 
@@ -292,6 +311,9 @@ impl Driver {
         if matches!(self.spec, PolicySpec::Orf { .. } | PolicySpec::OrfAdaptive { .. }) {
             self.check_orf(&run, &dispatched);
         }
+        if matches!(self.spec, PolicySpec::Keyed { .. }) {
+            self.check_keyed(&run, &waiting, ticked);
+        }
         self.prev = run;
     }
 
@@ -313,6 +335,40 @@ impl Driver {
                     let kw = self.key(w).unwrap();
                     assert!(kd < kw, "{name}: dispatched {d} {kd:?} while {w} {kw:?} waits");
                 }
+            }
+        }
+    }
+
+    /// Key ordering (SCHED_FIFO by level): every held job sits at its key's level under
+    /// the current base; the base only moves forward; no waiting job is above a running
+    /// one; a preempted job lost its CPU to a strictly higher level; ticks change nothing.
+    fn check_keyed(&mut self, run: &[Option<JobId>], waiting: &[JobId], ticked: bool) {
+        let k = self.keyed.as_ref().expect("keyed driver has its instance");
+        assert_eq!(run, k.running(), "keyed: the concrete instance disagrees");
+        let base = k.base();
+        assert!(base >= self.keyed_base, "keyed: base moved back from {} to {base}", self.keyed_base);
+        self.keyed_base = base;
+        let level_of = |id: JobId| {
+            let l = keyed::level(k.key_field().of(&self.jobs[&id]), base, k.bucket_ns());
+            assert_eq!(k.level_of(id), Some(l), "keyed: job {id} not at its key's level (base {base})");
+            l
+        };
+        for id in &self.blocked {
+            level_of(*id);
+        }
+        let running: Vec<i32> = run.iter().flatten().map(|&id| level_of(id)).collect();
+        let lowest_running = running.iter().copied().min().unwrap_or(keyed::TOP_LEVEL + 1);
+        for &w in waiting {
+            let l = level_of(w);
+            assert!(l <= lowest_running, "keyed: job {w} waits at level {l} above a running level {lowest_running}");
+        }
+        if ticked {
+            assert_eq!(run, &self.prev[..], "keyed: a tick changed the running set");
+        }
+        for id in self.prev.iter().flatten() {
+            if self.runnable.contains_key(id) && !run.contains(&Some(*id)) {
+                let l = level_of(*id);
+                assert!(running.iter().any(|&r| r > l), "keyed: job {id} (level {l}) preempted by an equal level");
             }
         }
     }
@@ -449,6 +505,93 @@ proptest! {
             // k + 1 slices. Fair also waits for the head's vruntime: allow two.
             let bound = if matches!(spec, PolicySpec::Fair { .. }) { 2 * slice } else { slice };
             prop_assert!(spread <= bound, "{}: unequal CPU time {shares:?} (slice {slice})", spec.name());
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Keys that arrive in order (each job's GAT is its arrival time) never outrank a
+    /// running job, so key ordering is global FCFS: exactly gfifo, CPU for CPU, whatever
+    /// the bucket (coarse buckets share levels, FIFO within one; fine ones shift the base).
+    #[test]
+    fn keyed_with_keys_in_arrival_order_is_gfifo(
+        cpus in 1usize..=4,
+        fine in any::<bool>(),
+        ops in prop::collection::vec((0u32..3_000, any::<bool>(), any::<u8>()), 1..300),
+    ) {
+        let bucket_us = if fine { 1.0 } else { 1000.0 };
+        let mut keyed = PolicySpec::Keyed { key: KeyField::Gat, bucket_us }.build(cpus, 0).unwrap();
+        let mut gfifo = PolicySpec::Gfifo.build(cpus, 0).unwrap();
+        let (mut now, mut next_id) = (0 as Nanos, 0 as JobId);
+        for (dt, arrive, pick) in ops {
+            now += dt as Nanos;
+            let running: Vec<JobId> = gfifo.running().iter().flatten().copied().collect();
+            if arrive || running.is_empty() {
+                next_id += 1;
+                let job = Job { id: next_id, gat: now, deadline: 0, class: 0 };
+                keyed.arrive(now, job);
+                gfifo.arrive(now, job);
+            } else {
+                let id = running[pick as usize % running.len()];
+                keyed.complete(now, id);
+                gfifo.complete(now, id);
+            }
+            prop_assert_eq!(keyed.running(), gfifo.running());
+            prop_assert_eq!(keyed.waiting(), gfifo.waiting());
+        }
+    }
+
+    /// With a bucket no wider than the gap between keys and every key inside the window,
+    /// each job has a level of its own: whatever the arrival order, blocks and wake-ups,
+    /// the running jobs are exactly the `cpus` oldest runnable ones (preemptive global
+    /// FCFS by GAT, which orf with c = CPUs approaches as its slice shrinks).
+    #[test]
+    fn keyed_with_fine_buckets_runs_exactly_the_oldest(
+        cpus in 1usize..=4,
+        gats in Just((0u64..30).collect::<Vec<_>>()).prop_shuffle(),
+        ops in prop::collection::vec((0u8..4, any::<u8>()), 1..200),
+    ) {
+        let bucket: Nanos = 1_000;
+        let mut p = PolicySpec::Keyed { key: KeyField::Gat, bucket_us: 1.0 }.build(cpus, 0).unwrap();
+        let mut unused = gats.into_iter();
+        let mut runnable: BTreeMap<JobId, Nanos> = BTreeMap::new();
+        let mut blocked: BTreeMap<JobId, Nanos> = BTreeMap::new();
+        for (i, (what, pick)) in ops.into_iter().enumerate() {
+            let now = i as Nanos;
+            let running: Vec<JobId> = p.running().iter().flatten().copied().collect();
+            match what {
+                0 => {
+                    let Some(g) = unused.next() else { continue };
+                    let job = Job { id: g + 1, gat: g * bucket, deadline: 0, class: 0 };
+                    runnable.insert(job.id, job.gat);
+                    p.arrive(now, job);
+                }
+                1 | 2 if !running.is_empty() => {
+                    let id = running[pick as usize % running.len()];
+                    let gat = runnable.remove(&id).unwrap();
+                    if what == 1 {
+                        p.complete(now, id);
+                    } else {
+                        blocked.insert(id, gat);
+                        p.block(now, id);
+                    }
+                }
+                3 if !blocked.is_empty() => {
+                    let id = *blocked.keys().nth(pick as usize % blocked.len()).unwrap();
+                    let gat = blocked.remove(&id).unwrap();
+                    runnable.insert(id, gat);
+                    p.wake(now, Job { id, gat, deadline: 0, class: 0 });
+                }
+                _ => continue,
+            }
+            let mut by_age: Vec<(Nanos, JobId)> = runnable.iter().map(|(&id, &g)| (g, id)).collect();
+            by_age.sort();
+            let oldest: BTreeSet<JobId> = by_age.iter().take(cpus).map(|&(_, id)| id).collect();
+            let now_running: BTreeSet<JobId> = p.running().iter().flatten().copied().collect();
+            prop_assert_eq!(&now_running, &oldest, "runnable {:?}", by_age);
+            prop_assert_eq!(p.waiting(), runnable.len() - oldest.len());
         }
     }
 }

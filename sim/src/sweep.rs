@@ -45,6 +45,7 @@ pub fn policy_label(p: &PolicySpec) -> String {
             format!("fair(min={min_granularity_ms}ms,lat={latency_ms}ms)")
         }
         PolicySpec::Random { seed } if *seed != 0 => format!("random(seed={seed})"),
+        PolicySpec::Keyed { key, bucket_us } => format!("keyed(key={},bucket={bucket_us}us)", key.name()),
         other => other.name().to_string(),
     }
 }

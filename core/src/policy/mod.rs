@@ -23,12 +23,14 @@ use crate::time::{Nanos, NANOS_PER_MICRO, NANOS_PER_MILLI};
 
 pub mod adaptive;
 pub mod fair;
+pub mod keyed;
 pub mod orf;
 pub mod queue;
 pub mod rr;
 
 pub use adaptive::AdaptiveC;
 pub use fair::Fair;
+pub use keyed::{KeyField, Keyed};
 pub use orf::Orf;
 pub use queue::{Discipline, NonPreemptive};
 pub use rr::RoundRobin;
@@ -140,6 +142,18 @@ pub enum PolicySpec {
         #[serde(default)]
         seed: u64,
     },
+    /// Key ordering, as the kernel enforces it under `tailor agent --enforce priority`
+    /// ([`keyed`]): a level per job from its key, `bucket_us` of key per level, 40 levels
+    /// from a base that moves forward; the highest levels run, FIFO within a level, an
+    /// older level preempts at once, no time slices.
+    Keyed {
+        /// `gat` (orf with c = CPUs, gfifo) or `deadline` (edf).
+        #[serde(default)]
+        key: KeyField,
+        /// Key span of one level, µs (`tailor agent --bucket-us`).
+        #[serde(default = "default_bucket_us")]
+        bucket_us: f64,
+    },
 }
 
 fn default_orf_c() -> usize {
@@ -153,6 +167,9 @@ fn default_orf_window_jobs() -> usize {
 }
 fn default_short_slice_us() -> f64 {
     30.0
+}
+fn default_bucket_us() -> f64 {
+    1000.0
 }
 fn default_ps_slice_us() -> f64 {
     1.0
@@ -203,6 +220,29 @@ impl PolicySpec {
             PolicySpec::Fair { .. } => "fair",
             PolicySpec::Lifo => "lifo",
             PolicySpec::Random { .. } => "random",
+            PolicySpec::Keyed { .. } => "keyed",
+        }
+    }
+
+    /// While at most this many jobs are runnable, the policy on `cpus` CPUs runs every one
+    /// of them, so a job may start without asking anyone (the kernel agent's fast path).
+    /// `cpus` for every policy here: all are work-conserving, and orf's sharing pool holds
+    /// `max(c, cpus)` jobs, so even with `c` below the CPU count it runs up to `cpus` at once.
+    pub fn runs_every_job_up_to(&self, cpus: usize) -> usize {
+        match self {
+            // A policy that idled a CPU while jobs wait would get its own arm here.
+            PolicySpec::Orf { .. }
+            | PolicySpec::OrfAdaptive { .. }
+            | PolicySpec::Edf
+            | PolicySpec::Fifo
+            | PolicySpec::Gfifo
+            | PolicySpec::Priq
+            | PolicySpec::Rr { .. }
+            | PolicySpec::Ps { .. }
+            | PolicySpec::Fair { .. }
+            | PolicySpec::Lifo
+            | PolicySpec::Random { .. }
+            | PolicySpec::Keyed { .. } => cpus,
         }
     }
 
@@ -256,6 +296,11 @@ impl PolicySpec {
             PolicySpec::Random { seed: own } => {
                 AnyPolicy::Queue(NonPreemptive::new(cpus, Discipline::Random { seed: seed ^ own.rotate_left(32) }))
             }
+            PolicySpec::Keyed { key, bucket_us } => AnyPolicy::Keyed(Keyed::new(
+                cpus,
+                key,
+                positive_nanos("keyed", "bucket_us", bucket_us, NANOS_PER_MICRO)?,
+            )),
         })
     }
 }
@@ -271,6 +316,7 @@ pub enum AnyPolicy {
     Rr(RoundRobin),
     Fair(Fair),
     Queue(NonPreemptive),
+    Keyed(Keyed),
 }
 
 macro_rules! each_policy {
@@ -280,6 +326,7 @@ macro_rules! each_policy {
             AnyPolicy::Rr($p) => $e,
             AnyPolicy::Fair($p) => $e,
             AnyPolicy::Queue($p) => $e,
+            AnyPolicy::Keyed($p) => $e,
         }
     };
 }

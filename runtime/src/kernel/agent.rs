@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use tailor_core::policy::{Job, JobId};
+use tailor_core::policy::{keyed, Job, JobId};
 use tailor_core::{Nanos, PolicySpec};
 
 use super::agent_stats::AgentStats;
@@ -76,21 +76,16 @@ impl Enforce {
         }
     }
 
-    /// The slot field that orders `policy` under key ordering, or why it cannot.
+    /// The slot field that orders `policy` under key ordering (core's
+    /// [`keyed::key_field_of`], in the table's encoding), or why it cannot and the fix.
     pub fn key_of(policy: &PolicySpec, cpus: usize) -> Result<u32, String> {
-        match policy {
-            PolicySpec::Orf { c, .. } if *c == cpus => Ok(table::KEY_GAT),
-            PolicySpec::Orf { c, .. } => Err(format!(
-                "orf with c = {c} on {cpus} CPUs: under --enforce priority the kernel runs the {cpus} oldest jobs \
-                 (c = CPUs). Fix: --c {cpus}, or --enforce band for processor sharing among more jobs than CPUs"
-            )),
-            PolicySpec::Gfifo => Ok(table::KEY_GAT),
-            PolicySpec::Edf => Ok(table::KEY_DEADLINE),
-            other => Err(format!(
-                "{other:?} does not order jobs by one static key; --enforce priority supports orf (c = CPUs), \
-                 gfifo and edf. Fix: --enforce band"
-            )),
-        }
+        keyed::key_field_of(policy, cpus).map(|key| key as u32).map_err(|e| match e {
+            keyed::KeyOrderError::OrfCNotCpus { .. } => format!(
+                "{e} (--enforce priority). Fix: --c {cpus}, or --enforce band for processor sharing among more jobs \
+                 than CPUs"
+            ),
+            keyed::KeyOrderError::NotKeyed { .. } => format!("{e} (--enforce priority). Fix: --enforce band"),
+        })
     }
 }
 
@@ -303,15 +298,12 @@ fn lock_table(table: &std::path::Path) -> Result<std::fs::File, RuntimeError> {
     Ok(file)
 }
 
-/// While at most this many jobs are runnable, `policy` on `cpus` CPUs runs them all
-/// (every policy here is work-conserving; orf runs at most `c`), so a job may admit
-/// itself (the table's fast path).
+/// While at most this many jobs are runnable, `policy` on `cpus` CPUs runs them all, so a
+/// job may admit itself (the table's fast path): core's
+/// [`PolicySpec::runs_every_job_up_to`], `cpus` for every policy (orf's pool holds
+/// `max(c, cpus)` jobs, so orf too runs up to `cpus` at once whatever its `c`).
 fn fast_limit(policy: &PolicySpec, cpus: usize) -> u32 {
-    let limit = match policy {
-        PolicySpec::Orf { c, .. } => (*c).min(cpus),
-        _ => cpus,
-    };
-    limit as u32
+    policy.runs_every_job_up_to(cpus) as u32
 }
 
 struct Agent<'t> {

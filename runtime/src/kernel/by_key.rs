@@ -10,30 +10,21 @@
 //! level, restore), on its own CPU, and the preemption of a younger job by an older one is
 //! the kernel's ordinary RT wake-up path.
 //!
-//! What it can express: the policies whose order is one static key per job, with every CPU
-//! busy whenever jobs wait: orf with `c` = CPUs and gfifo (the GAT; orf's LPS among more
-//! jobs than CPUs needs the band), edf (the deadline). Keys in one `bucket_ns` share a
-//! level and run in FIFO order among themselves; keys older than the window (`TOP_LEVEL`
-//! buckets) all share the top level.
+//! The rule itself (levels, when and where the base moves, which policies it can express)
+//! is core's `tailor_core::policy::keyed`, the same code the simulator's `keyed` policy
+//! runs; this agent only applies it to the table's live jobs.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tailor_core::Nanos;
+use tailor_core::policy::keyed;
 
 use super::agent::{AgentReport, HEARTBEAT, REAP_EVERY};
+use super::agent_stats::AgentStats;
 use super::identity::Processes;
 use super::nspid::Resolver;
 use super::sys::ThreadPolicy;
-use super::agent_stats::AgentStats;
 use super::table::{self, Table};
 use crate::cpu::{monotonic_ns, realtime_ns, thread_cpu_ns};
-
-/// After a shift the newest live key sits at least this many levels above the bottom, so
-/// keys may advance `(ROOM_LEVEL - SHIFT_LEVEL)` buckets before the next shift.
-const ROOM_LEVEL: i32 = table::TOP_LEVEL / 2;
-/// Keys more than this past the wall clock do not move the base (see `run`). GATs are
-/// never in the future (every hop clamps them); deadlines are, by up to an SLO.
-const KEY_HORIZON_NS: Nanos = 10_000_000_000;
 
 /// A live job as the agent reads it from its slot: `pid` and `tid` as the job wrote them,
 /// in PID namespace `pid_ns` (`None`: the agent's own); see `nspid`.
@@ -115,13 +106,13 @@ impl<'t> KeyAgent<'t> {
             // A job that rang may have ended before this scan: its key still says how far
             // keys have come. Keys far past the clock (a distant deadline) never move the
             // base: they stay at the bottom level, and the base only moves forward.
-            let horizon = realtime_ns().saturating_add(KEY_HORIZON_NS);
+            let now_wall = realtime_ns();
             let rung = Some(h.newest.swap(0, Ordering::SeqCst)).filter(|&k| k > 0);
-            let keys = || live.iter().map(|j| j.key).filter(|&k| k <= horizon);
-            if let Some(newest) = keys().max().max(rung.filter(|&k| k <= horizon)) {
-                if table::level(newest, base, self.bucket_ns) <= table::SHIFT_LEVEL {
-                    let oldest = keys().min().unwrap_or(newest);
-                    self.shift(&live, base, shifted_base(base, oldest, newest, self.bucket_ns));
+            let keys = || live.iter().map(|j| j.key).filter(|&k| keyed::in_horizon(k, now_wall));
+            if let Some(newest) = keys().max().max(rung.filter(|&k| keyed::in_horizon(k, now_wall))) {
+                let oldest = keys().min().unwrap_or(newest);
+                if let Some(new_base) = keyed::base_after_pass(base, oldest, newest, self.bucket_ns) {
+                    self.shift(&live, base, new_base);
                 }
             }
             let now = monotonic_ns();
@@ -242,73 +233,21 @@ impl<'t> KeyAgent<'t> {
     }
 }
 
-/// Where `base` goes when the newest live key has run out of levels: the oldest live key
-/// at the top if the window holds every live key with [`ROOM_LEVEL`] levels to spare below
-/// the newest, else as far forward as that room needs (the oldest keys then share the
-/// top level). Always forward: a triggered shift moves it at least
-/// `ROOM_LEVEL - SHIFT_LEVEL` buckets.
-pub(super) fn shifted_base(base: u64, oldest: u64, newest: u64, bucket_ns: u64) -> u64 {
-    let span = (table::TOP_LEVEL - ROOM_LEVEL) as u64 * bucket_ns;
-    base.max(oldest.max(newest.saturating_sub(span)))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::agent::Enforce;
+    use super::table;
+    use tailor_core::PolicySpec;
 
+    /// Which policies key ordering expresses is core's decision (`keyed::key_field_of`);
+    /// the agent adds the flags that fix a refusal.
     #[test]
-    fn only_policies_with_one_static_key_run_under_key_ordering() {
-        use super::super::agent::Enforce;
-        use tailor_core::PolicySpec;
+    fn a_policy_key_ordering_cannot_express_is_refused_with_the_fix() {
         assert_eq!(Enforce::key_of(&PolicySpec::Orf { c: 2, slice_us: 500.0 }, 2), Ok(table::KEY_GAT));
-        assert_eq!(Enforce::key_of(&PolicySpec::Gfifo, 2), Ok(table::KEY_GAT));
         assert_eq!(Enforce::key_of(&PolicySpec::Edf, 2), Ok(table::KEY_DEADLINE));
         let e = Enforce::key_of(&PolicySpec::Orf { c: 6, slice_us: 500.0 }, 2).unwrap_err();
         assert!(e.contains("--c 2") && e.contains("--enforce band"), "{e}");
         let e = Enforce::key_of(&PolicySpec::Rr { slice_us: 500.0 }, 2).unwrap_err();
-        assert!(e.contains("--enforce band"), "{e}");
-    }
-
-    #[test]
-    fn levels_fall_one_per_bucket_from_the_top_and_clamp() {
-        let q = 1_000;
-        assert_eq!(table::level(5_000, 5_000, q), table::TOP_LEVEL);
-        assert_eq!(table::level(4_000, 5_000, q), table::TOP_LEVEL, "older than base: top");
-        assert_eq!(table::level(5_999, 5_000, q), table::TOP_LEVEL, "same bucket");
-        assert_eq!(table::level(6_000, 5_000, q), table::TOP_LEVEL - 1);
-        assert_eq!(table::level(5_000 + 39 * q, 5_000, q), 1);
-        assert_eq!(table::level(u64::MAX, 5_000, q), 1, "clamped at the bottom");
-    }
-
-    #[test]
-    fn a_shift_gives_the_newest_key_room_and_never_reorders() {
-        let q = 1_000_000;
-        // Newest key at the shift level: it moves up to at least ROOM_LEVEL.
-        let base = 0;
-        let newest = (table::TOP_LEVEL - table::SHIFT_LEVEL) as u64 * q;
-        assert_eq!(table::level(newest, base, q), table::SHIFT_LEVEL);
-        let oldest = 3 * q;
-        let b = shifted_base(base, oldest, newest, q);
-        assert_eq!(b, newest - (table::TOP_LEVEL - ROOM_LEVEL) as u64 * q, "room wins over the oldest");
-        assert_eq!(table::level(newest, b, q), ROOM_LEVEL);
-        // All live keys close together: the oldest goes to the top.
-        let b = shifted_base(0, newest - 2 * q, newest, q);
-        assert_eq!(
-            (table::level(newest - 2 * q, b, q), table::level(newest, b, q)),
-            (table::TOP_LEVEL, table::TOP_LEVEL - 2)
-        );
-        // Property: for any keys, a shift keeps every pair's order (older never lower).
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..10_000 {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            let (k1, k2, old_base) = (rng % (100 * q), (rng >> 20) % (100 * q), (rng >> 40) % (50 * q));
-            let (lo, hi) = (k1.min(k2), k1.max(k2));
-            let new_base = shifted_base(old_base, lo, hi, q);
-            assert!(new_base >= old_base);
-            assert!(table::level(lo, new_base, q) >= table::level(hi, new_base, q));
-            assert!(table::level(lo, new_base, q) >= table::level(lo, old_base, q), "levels only rise");
-        }
+        assert!(e.contains("rr does not order") && e.contains("--enforce band"), "{e}");
     }
 }

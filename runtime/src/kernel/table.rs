@@ -69,6 +69,8 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
+use tailor_core::policy::KeyField;
+
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TAILORSC");
 /// 8: [`Slot::start`] (thread identity across id reuse) and [`Header::agent_pid_ns`] /
 /// [`Slot::pid_ns`] (PID namespaces), in what was padding (every other field keeps its
@@ -94,22 +96,15 @@ pub const HANDED: u32 = 3;
 /// jobs order themselves by key (see "key ordering" above).
 pub const ORDER_BY_BAND: u32 = 0;
 pub const ORDER_BY_KEY: u32 = 1;
-/// `Header::key`: which slot field is the key under [`ORDER_BY_KEY`].
-pub const KEY_GAT: u32 = 0;
-pub const KEY_DEADLINE: u32 = 1;
-/// The highest level a key maps to (the oldest jobs). Levels run 1..=TOP, all below the
-/// I/O threads ([`super::IO_PRIORITY`]) and far below the kernel's threaded IRQs (50).
-pub const TOP_LEVEL: i32 = 40;
-/// A job whose key maps at or below this level rings the agent to shift `base`.
-pub const SHIFT_LEVEL: i32 = 4;
-
-/// The SCHED_FIFO level of a job with `key` when `base` maps to [`TOP_LEVEL`]: one level
-/// lower per whole `bucket_ns` after `base`, clamped to 1..=TOP (keys before `base` are
-/// all "oldest").
-pub fn level(key: u64, base: u64, bucket_ns: u64) -> i32 {
-    let steps = key.saturating_sub(base) / bucket_ns.max(1);
-    (TOP_LEVEL as u64).saturating_sub(steps).max(1) as i32
-}
+/// `Header::key`: which slot field is the key under [`ORDER_BY_KEY`] (core's
+/// [`KeyField`](tailor_core::policy::KeyField) encoding).
+pub const KEY_GAT: u32 = KeyField::Gat as u32;
+pub const KEY_DEADLINE: u32 = KeyField::Deadline as u32;
+/// The level rule is core's (`tailor_core::policy::keyed`), the one the simulator's
+/// `keyed` policy runs: levels 1..=[`TOP_LEVEL`], all below the I/O threads
+/// ([`super::IO_PRIORITY`]) and far below the kernel's threaded IRQs (50); a job at or
+/// below [`SHIFT_LEVEL`] rings the agent to shift `base`.
+pub use tailor_core::policy::keyed::{level, SHIFT_LEVEL, TOP_LEVEL};
 
 /// Agent states.
 pub const AGENT_STARTING: u32 = 0;
