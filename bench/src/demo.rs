@@ -48,11 +48,23 @@ pub enum Mode {
     /// `orf-band` with the band's earlier parking (`park = "idle"`: a waiting job is
     /// parked at SCHED_IDLE, not blocked). Not in the default set: for side-by-side runs.
     OrfParkIdle,
+    /// `orf-band` whose `c` the adaptive controller tunes (`tailor agent --policy
+    /// orf-adaptive`, docs/policies.md "Adaptive c"). Not in the default set: for
+    /// side-by-side runs against `orf-band`.
+    OrfAdaptive,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 7] =
-        [Mode::Linux, Mode::Fifo, Mode::Rr, Mode::OrfCoop, Mode::Orf, Mode::OrfBand, Mode::OrfParkIdle];
+    pub const ALL: [Mode; 8] = [
+        Mode::Linux,
+        Mode::Fifo,
+        Mode::Rr,
+        Mode::OrfCoop,
+        Mode::Orf,
+        Mode::OrfBand,
+        Mode::OrfParkIdle,
+        Mode::OrfAdaptive,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -63,12 +75,13 @@ impl Mode {
             Mode::Orf => "orf",
             Mode::OrfParkIdle => "orf-park-idle",
             Mode::OrfBand => "orf-band",
+            Mode::OrfAdaptive => "orf-adaptive",
         }
     }
 
     /// Needs the kernel backend (CAP_SYS_NICE and the agent).
     pub fn kernel_enforced(self) -> bool {
-        matches!(self, Mode::Rr | Mode::Orf | Mode::OrfBand | Mode::OrfParkIdle)
+        matches!(self, Mode::Rr | Mode::Orf | Mode::OrfBand | Mode::OrfParkIdle | Mode::OrfAdaptive)
     }
 
     pub fn parse(s: &str) -> Result<Mode, String> {
@@ -135,7 +148,7 @@ impl DemoConfig {
             Mode::Linux => BackendSpec::None,
             Mode::Fifo => BackendSpec::Cooperative { policy: PolicySpec::Fifo, c: self.cores },
             Mode::OrfCoop => BackendSpec::Cooperative { policy: PolicySpec::Gfifo, c: self.orf_c },
-            Mode::Rr | Mode::Orf | Mode::OrfBand => BackendSpec::kernel(table),
+            Mode::Rr | Mode::Orf | Mode::OrfBand | Mode::OrfAdaptive => BackendSpec::kernel(table),
             Mode::OrfParkIdle => {
                 let mut spec = BackendSpec::kernel(table);
                 if let BackendSpec::Kernel { park, .. } = &mut spec {
@@ -144,6 +157,13 @@ impl DemoConfig {
                 spec
             }
         }
+    }
+
+    /// `orf-adaptive` with its defaults (`c_max` 64, 2,000-job windows) and the kernel
+    /// modes' slice: what the `orf-adaptive` mode's agent runs.
+    pub fn adaptive_policy(&self) -> PolicySpec {
+        let defaults = tailor_runtime::kernel::AdaptiveArgs::default();
+        PolicySpec::OrfAdaptive { c_max: defaults.c_max, slice_us: self.slice_us, window_jobs: defaults.window_jobs }
     }
 
     /// How the simulator models `mode`. Linux's EEVDF is modelled as `fair`
@@ -168,6 +188,7 @@ impl DemoConfig {
                 let key = keyed::key_field_of(&orf, self.cores).unwrap_or(KeyField::Gat);
                 ModeModel { host_policy: PolicySpec::Keyed { key, bucket_us: self.bucket_us }, admit: None }
             }
+            Mode::OrfAdaptive => ModeModel { host_policy: self.adaptive_policy(), admit: None },
         }
     }
 }
@@ -294,7 +315,11 @@ fn point_seed(seed: u64, wi: usize, li: usize) -> u64 {
 
 /// Starts the node agent for a kernel mode; returns it once its table exists.
 pub(crate) fn start_agent(cfg: &DemoConfig, mode: Mode, table: &Path, log: &Path) -> Result<Child, String> {
-    let policy = if mode == Mode::Rr { "rr" } else { "orf" };
+    let policy = match mode {
+        Mode::Rr => "rr",
+        Mode::OrfAdaptive => "orf-adaptive",
+        _ => "orf",
+    };
     let stderr = std::fs::File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
     let _ = std::fs::remove_file(table);
     let mut child = Command::new(&cfg.exe)
@@ -312,6 +337,12 @@ pub(crate) fn start_agent(cfg: &DemoConfig, mode: Mode, table: &Path, log: &Path
             Mode::Orf => {
                 vec!["--enforce".to_string(), "priority".into(), "--bucket-us".into(), cfg.bucket_us.to_string()]
             }
+            Mode::OrfAdaptive => match cfg.adaptive_policy() {
+                PolicySpec::OrfAdaptive { c_max, window_jobs, .. } => {
+                    vec!["--c-max".to_string(), c_max.to_string(), "--window-jobs".into(), window_jobs.to_string()]
+                }
+                _ => vec![],
+            },
             _ => vec![],
         })
         .stdin(Stdio::piped())
@@ -887,5 +918,15 @@ mod tests {
             let BackendSpec::Cooperative { policy, c } = cfg.backend(mode, table) else { panic!("{mode:?}") };
             assert_eq!(cfg.model(mode).admit, Some((policy.name(), c)), "{mode:?}");
         }
+    }
+
+    #[test]
+    fn every_mode_parses_from_its_name_and_orf_adaptive_is_kernel_enforced() {
+        for m in Mode::ALL {
+            assert_eq!(Mode::parse(m.name()), Ok(m));
+        }
+        assert_eq!(Mode::parse("orf-adaptive"), Ok(Mode::OrfAdaptive));
+        assert!(Mode::OrfAdaptive.kernel_enforced());
+        assert!(Mode::parse("orf-adaptiv").unwrap_err().contains("orf-adaptive"));
     }
 }

@@ -11,12 +11,19 @@ pub struct AgentArgs {
     /// The shared-memory registration table services attach to (`{"kind": "kernel", "table": ...}`).
     #[arg(long, default_value = "/dev/shm/tailor-sched")]
     table: PathBuf,
-    /// Policy: orf, rr, ps, edf, fifo, gfifo, priq, lifo.
+    /// Policy: orf, orf-adaptive (orf whose c an online controller tunes; --enforce band
+    /// only), rr, ps, edf, fifo, gfifo, priq, lifo.
     #[arg(long, default_value = "orf")]
     policy: String,
     /// orf: jobs sharing the CPUs round-robin (the pool of the c oldest).
     #[arg(long, default_value_t = 6)]
     c: usize,
+    /// orf-adaptive: the largest c the controller may choose.
+    #[arg(long, default_value_t = kernel::AdaptiveArgs::default().c_max)]
+    c_max: usize,
+    /// orf-adaptive: completed jobs per decision (the first windows are shorter).
+    #[arg(long, default_value_t = kernel::AdaptiveArgs::default().window_jobs)]
+    window_jobs: usize,
     /// Time slice of orf/rr/ps in µs. 500 µs by default: each rotation costs the agent
     /// two sched_setscheduler calls, so 30 µs slices would spend a large share of a CPU
     /// on rotations (docs/runtime.md has the measurement).
@@ -73,8 +80,9 @@ pub fn main(args: AgentArgs) -> Result<(), String> {
         eprintln!("tailor agent supervise: {report:?}");
         return Ok(());
     }
-    let policy = kernel::policy_from_args(&args.policy, args.c, args.slice_us)
-        .map_err(|e| format!("--policy {} (--c, --slice-us): {e}", args.policy))?;
+    let adaptive = kernel::AdaptiveArgs { c_max: args.c_max, window_jobs: args.window_jobs };
+    let policy = kernel::policy_from_args(&args.policy, args.c, args.slice_us, adaptive)
+        .map_err(|e| format!("--policy {} (--c, --c-max, --window-jobs, --slice-us): {e}", args.policy))?;
     let cfg = AgentConfig {
         table: args.table,
         policy,

@@ -39,7 +39,8 @@ pub struct DemoArgs {
     loads: Vec<f64>,
     /// Modes, comma-separated: linux, fifo, rr, orf-coop, orf (kernel-enforced by key
     /// ordering: each job at a SCHED_FIFO level from its GAT); for side-by-side runs also
-    /// orf-band (the agent's SCHED_FIFO band) and orf-park-idle (the band with SCHED_IDLE parking).
+    /// orf-band (the agent's SCHED_FIFO band), orf-park-idle (the band with SCHED_IDLE parking)
+    /// and orf-adaptive (the band with c tuned online, docs/policies.md "Adaptive c").
     #[arg(long, value_delimiter = ',', default_value = "linux,fifo,rr,orf-coop,orf", value_parser = parse_mode)]
     modes: Vec<Mode>,
     /// Measured requests per run (after the warm-up).

@@ -44,8 +44,8 @@ pub struct SimArgs {
     /// Run at this request rate (overrides [load]).
     #[arg(long)]
     rps: Option<f64>,
-    /// Policy for every service: a name (`orf`) or a TOML inline table
-    /// (`{kind="orf", c=4, slice_us=30}`).
+    /// Policy for every service: a name (`orf`, `orf-adaptive`) or a TOML inline table
+    /// (`{kind="orf", c=4, slice_us=30}`, `{kind="orf-adaptive", c_max=32}`).
     #[arg(long)]
     policy: Option<String>,
     /// Ignore [sweep] and [search]: one run at the file's load.

@@ -26,8 +26,8 @@ fn adaptive_c_is_near_the_best_fixed_c_on_fixed_and_bimodal_service() {
     let table = adaptive_c::table(&verdicts);
     assert_eq!(verdicts.len(), 2, "{table}");
     for v in &verdicts {
-        // Generous: the sweep's target is 5%; one seed of 30,000 requests is noisier.
-        assert!(v.ratio <= 1.25, "{}: adaptive p99 {:.1} ms vs best fixed c = {} {:.1} ms\n{table}", v.workload, v.adaptive_p99_ms, v.best_c, v.best_p99_ms);
+        // The sweep's target; the full sweep (docs/policies.md) has both within 0.5%.
+        assert!(v.ratio <= 1.05, "{}: adaptive p99 {:.1} ms vs best fixed c = {} {:.1} ms\n{table}", v.workload, v.adaptive_p99_ms, v.best_c, v.best_p99_ms);
         // The contrast the controller must find: FCFS for Fixed, sharing for Bimodal.
         match v.workload.as_str() {
             "Fixed" => assert_eq!(v.best_c, 1, "{table}"),

@@ -202,7 +202,8 @@ fn run_tier(a: TierArgs) -> Result<(), String> {
 
 /// The kernel backend's node agent (the demo's `tailor agent`), until SIGTERM.
 fn run_agent(a: AgentArgs) -> Result<(), String> {
-    let policy = kernel::policy_from_args(&a.policy, a.c, a.slice_us).map_err(|e| e.to_string())?;
+    let policy = kernel::policy_from_args(&a.policy, a.c, a.slice_us, kernel::AdaptiveArgs::default())
+        .map_err(|e| e.to_string())?;
     let cfg = AgentConfig {
         table: a.table,
         policy,

@@ -232,7 +232,7 @@ impl Orf {
     /// ORF whose `c` an online controller tunes within `[1, c_max]`, re-deciding every
     /// `window` completed jobs (see [`AdaptiveC`]). It starts as global FCFS.
     pub fn adaptive(cpus: usize, c_max: usize, slice: Nanos, window: usize) -> Self {
-        let controller = AdaptiveC::new(cpus, c_max, slice, window);
+        let controller = AdaptiveC::new(cpus, c_max, window);
         let mut p = Orf::new(cpus, controller.cap(), slice);
         p.adapt = Some(Box::new(controller));
         p

@@ -737,11 +737,35 @@ impl KernelBackend {
     }
 }
 
-/// The policy a `tailor agent --policy NAME --c C --slice-us S` command line means.
-pub fn policy_from_args(name: &str, c: usize, slice_us: f64) -> Result<tailor_core::PolicySpec, RuntimeError> {
+/// What `orf-adaptive` needs beyond a name and a slice: the largest `c` it may choose and
+/// the completed jobs per decision (`tailor agent --c-max M --window-jobs W`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdaptiveArgs {
+    pub c_max: usize,
+    pub window_jobs: usize,
+}
+
+impl Default for AdaptiveArgs {
+    /// The policy's own defaults (docs/policies.md, "Adaptive c").
+    fn default() -> Self {
+        AdaptiveArgs { c_max: 64, window_jobs: 2000 }
+    }
+}
+
+/// The policy a `tailor agent --policy NAME --c C --slice-us S` command line means
+/// (`orf-adaptive`: with `adaptive`'s bounds; `c` is for `orf`).
+pub fn policy_from_args(
+    name: &str,
+    c: usize,
+    slice_us: f64,
+    adaptive: AdaptiveArgs,
+) -> Result<tailor_core::PolicySpec, RuntimeError> {
     use tailor_core::PolicySpec;
     let spec = match name {
         "orf" => PolicySpec::Orf { c, slice_us },
+        "orf-adaptive" => {
+            PolicySpec::OrfAdaptive { c_max: adaptive.c_max, slice_us, window_jobs: adaptive.window_jobs }
+        }
         "rr" => PolicySpec::Rr { slice_us },
         "ps" => PolicySpec::Ps { slice_us },
         "edf" => PolicySpec::Edf,
@@ -751,10 +775,34 @@ pub fn policy_from_args(name: &str, c: usize, slice_us: f64) -> Result<tailor_co
         "lifo" => PolicySpec::Lifo,
         other => {
             return Err(RuntimeError::Config(format!(
-                "--policy {other}: unknown; use one of orf, rr, ps, edf, fifo, gfifo, priq, lifo"
+                "--policy {other}: unknown; use one of orf, orf-adaptive, rr, ps, edf, fifo, gfifo, priq, lifo"
             )))
         }
     };
     spec.validate().map_err(|e| RuntimeError::Config(format!("--policy {name}: {e}")))?;
     Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailor_core::PolicySpec;
+
+    #[test]
+    fn the_agent_command_line_takes_orf_adaptive_for_the_band_only() {
+        let adaptive = AdaptiveArgs { c_max: 16, window_jobs: 300 };
+        let spec = policy_from_args("orf-adaptive", 6, 500.0, adaptive).expect("orf-adaptive is a policy");
+        assert_eq!(spec, PolicySpec::OrfAdaptive { c_max: 16, slice_us: 500.0, window_jobs: 300 });
+        // The band runs the policy object, which owns the controller.
+        assert!(spec.build_any(2, 0).is_ok());
+        // Key ordering has no c to tune: it refuses and says which enforcement to use.
+        let refused = Enforce::key_of(&spec, 2).expect_err("no static key");
+        assert!(refused.contains("--enforce band"), "{refused}");
+        // Bad bounds are named.
+        let zero = policy_from_args("orf-adaptive", 6, 500.0, AdaptiveArgs { c_max: 0, window_jobs: 300 })
+            .expect_err("c_max 0");
+        assert!(zero.to_string().contains("c_max"), "{zero}");
+        let unknown = policy_from_args("orf-adaptiv", 6, 500.0, AdaptiveArgs::default()).expect_err("unknown");
+        assert!(unknown.to_string().contains("orf-adaptive"), "{unknown}");
+    }
 }
