@@ -24,6 +24,7 @@ use super::identity::Processes;
 use super::nspid::{self, Resolver};
 use super::sys::{self, ThreadPolicy};
 use super::table::{self, Table};
+use super::table_lock::TableLock;
 use super::{AGENT_PRIORITY, BAND_PRIORITY};
 use crate::cpu::{monotonic_ns, thread_cpu_ns};
 use crate::driver::Driver;
@@ -209,7 +210,7 @@ pub fn run_agent_with_stats(
     };
     // One agent per table: the lock is the kernel's, so it is free again the moment its
     // holder dies, however it dies (two agents started at once both pass the check below).
-    let _lock = lock_table(&cfg.table)?;
+    let _lock = TableLock::take(&cfg.table)?;
     // Refuse to take over a table another live agent serves.
     if let Ok(existing) = Table::open(&cfg.table) {
         let h = existing.header();
@@ -271,31 +272,6 @@ fn truncated_or(table: &Table, report: AgentReport) -> Result<AgentReport, Runti
         )));
     }
     Ok(report)
-}
-
-/// Takes `<table>.lock` (flock, exclusive) for the agent's life, or says who holds it.
-fn lock_table(table: &std::path::Path) -> Result<std::fs::File, RuntimeError> {
-    use std::os::unix::io::AsRawFd;
-    let mut path = table.as_os_str().to_owned();
-    path.push(".lock");
-    let path = PathBuf::from(path);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(|e| RuntimeError::Io { what: format!("{}: open", path.display()), source: e })?;
-    // SAFETY: flock on an fd we hold.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let holder = Table::open(table).map(|t| t.header().agent_pid.load(Ordering::Acquire)).unwrap_or(0);
-        return Err(RuntimeError::Unsupported(format!(
-            "{}: another agent (pid {holder}) holds {}; one agent serves a table. Fix: stop it, or use another --table",
-            table.display(),
-            path.display()
-        )));
-    }
-    Ok(file)
 }
 
 /// While at most this many jobs are runnable, `policy` on `cpus` CPUs runs them all, so a

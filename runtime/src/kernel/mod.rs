@@ -36,6 +36,7 @@ pub mod supervise;
 pub mod nspid;
 pub mod sys;
 pub mod table;
+mod table_lock;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
