@@ -21,7 +21,7 @@ use serde::Deserialize;
 use tailor_core::dist::{Dist, DistSpec, Scaled};
 use tailor_core::latency::LatencyHistogram;
 use tailor_core::policy::PolicySpec;
-use tailor_core::tailguard::{BudgetSplit, SharedCdf, SloClass};
+use tailor_core::tailguard::{AdmissionWindow, BudgetSplit, SharedCdf, SloClass};
 use tailor_core::time::{from_millis_f64, Nanos};
 use tailor_core::Progress;
 use tailor_sim::model::{LoadOverride, Model, Overrides};
@@ -1203,8 +1203,10 @@ pub fn run_admission(l: &Loaded, pace: Pace, r_th: f64, offered: f64) -> Result<
         .ok_or_else(|| crate::Error::Config(format!("{}: needs an [admission] section", l.cfg.name)))?;
     let adm = AdmissionConfig {
         r_th,
-        window: Duration::from_secs_f64(a.window_ms * l.cfg.time_scale / 1e3),
-        window_tasks: a.window_tasks,
+        window: AdmissionWindow::OutcomesWithin(
+            a.window_tasks,
+            (Duration::from_secs_f64(a.window_ms * l.cfg.time_scale / 1e3).as_nanos() as Nanos).max(1),
+        ),
         predict: a.predict,
         proportional: a.proportional,
         per_server: a.per_server,
@@ -1271,9 +1273,10 @@ pub fn sim_admission(
     let l = &l.for_admission();
     let scenario = sim_scenario_toml(l, Scheme::TfEdfq, delay)?;
     let text = format!(
-        "{}\n[admission]\nr_th = {r_th}\nwindow_ms = {}\nreject_late = {}\n",
+        "{}\n[admission]\nr_th = {r_th}\nwindow_ms = {}\nwindow_tasks = {}\nreject_late = {}\n",
         scenario.text,
         a.window_ms * l.cfg.time_scale,
+        a.window_tasks,
         a.reject_late
     );
     let path = l.base_dir.join(format!("{}-sim-admission.toml", l.cfg.name));

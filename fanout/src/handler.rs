@@ -43,8 +43,8 @@ use tailor_core::pick::DistinctPicker;
 use tailor_core::policy::{AnyPolicy, Job, JobId, Policy, PolicySpec};
 use tailor_core::rng::Rng;
 use tailor_core::tailguard::{
-    queue_wait_quantile, AdmissionController, BudgetSplit, Planner, PlannerError, SequentialPlan, SharedCdf, SloClass,
-    TailModel, WorstCaseMax,
+    queue_wait_quantile, AdmissionController, AdmissionWindow, BudgetSplit, Planner, PlannerError, SequentialPlan,
+    SharedCdf, SloClass, TailModel, WorstCaseMax,
 };
 use tailor_core::time::Nanos;
 use tailor_core::{wire, Context};
@@ -144,10 +144,11 @@ pub enum Queuing {
 #[derive(Clone, Copy, Debug)]
 pub struct AdmissionConfig {
     pub r_th: f64,
-    /// Outcomes older than this leave the window.
-    pub window: Duration,
-    /// At most this many of the latest task outcomes (the paper: 100,000).
-    pub window_tasks: u64,
+    /// Which outcomes the ratio is over: the last N task outcomes (TailGuard §IV.D: 100,000,
+    /// 1,000 queries of fanout 100; a rejected query's tasks move it too), those of a time
+    /// window (§III.C), or both, whichever holds fewer (`tailor-fanout handler`'s default:
+    /// 100,000 within 1 s). Core's [`AdmissionWindow`].
+    pub window: AdmissionWindow,
     /// Count a task as missed when it is dispatched if the work queued ahead of
     /// it at its server already overruns its deadline, instead of when the miss
     /// is observed (at the deadline with central queuing, with the result at
@@ -186,11 +187,14 @@ impl Admission {
     /// touches must admit it (each by its own ratio and, with `proportional`, its own
     /// share): a query's slowest task decides its latency. Measured against two looser
     /// rules (docs/fanout.md, "Per-server admission").
-    fn admit(&self, now: Nanos, servers: Option<&[usize]>) -> Result<(), (f64, f64)> {
+    /// A query refused by a count window moves it by its `tasks` (per server: by the one
+    /// task the refusing server would have run).
+    fn admit(&self, now: Nanos, servers: Option<&[usize]>, tasks: u64) -> Result<(), (f64, f64)> {
         let n = self.controllers.len();
+        let tasks_each = if n > 1 { 1 } else { tasks };
         let check = |s: usize| {
             let mut a = self.of(s);
-            if a.admit(now) {
+            if a.admit_query(now, tasks_each) {
                 Ok(())
             } else {
                 Err((a.miss_ratio(now), a.threshold()))
@@ -577,9 +581,8 @@ impl Handler {
         let admission = match cfg.admission {
             Some(a) => {
                 let controller = || -> Result<Mutex<AdmissionController>, crate::Error> {
-                    let c = AdmissionController::new(a.r_th, (a.window.as_nanos() as Nanos).max(1))
-                        .map_err(|e| crate::Error::Config(format!("admission: {e}")))?
-                        .with_window_tasks(a.window_tasks);
+                    let c = AdmissionController::with_window(a.r_th, a.window)
+                        .map_err(|e| crate::Error::Config(format!("admission: {e}")))?;
                     Ok(Mutex::new(if a.proportional { c.with_proportional() } else { c }))
                 };
                 let count = if a.per_server { n } else { 1 };
@@ -885,7 +888,7 @@ impl Handler {
         // Per server, the query's own servers decide: pick them first.
         let servers = self.pick_servers(q.class, q.fanout as usize, q.seed);
         if let Some(a) = &self.admission {
-            if let Err((ratio, r_th)) = a.admit(t0, Some(&servers)) {
+            if let Err((ratio, r_th)) = a.admit(t0, Some(&servers), servers.len() as u64) {
                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
                 return Err(QueryError::Rejected { ratio, r_th });
             }
@@ -950,7 +953,7 @@ impl Handler {
         // A request's later queries pick their servers as they go: per server, every
         // server must admit it.
         if let Some(a) = &self.admission {
-            if let Err((ratio, r_th)) = a.admit(t0, None) {
+            if let Err((ratio, r_th)) = a.admit(t0, None, fanouts.iter().map(|&k| u64::from(k)).sum()) {
                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
                 return Err(QueryError::Rejected { ratio, r_th });
             }

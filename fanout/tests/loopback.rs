@@ -172,6 +172,10 @@ fn an_unknown_valueless_or_invalid_flag_is_an_error_naming_it() {
             "invalid value 'yes' for '--reject-late",
         ),
         (&["probe", "x.toml", "tf-edfq", "high"][..], "invalid value 'high' for '<LOAD>'"),
+        (
+            &["handler", "--servers", "127.0.0.1:1", "--r-th", "0.1", "--admission-window", "days"][..],
+            "invalid value 'days' for '--admission-window",
+        ),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_tailor-fanout")).args(args).output().expect("run tailor-fanout");
         let err = String::from_utf8_lossy(&out.stderr);
@@ -200,6 +204,19 @@ fn admission_handler(list: &str, extra: &[&str]) -> Proc {
     start(&args)
 }
 
+/// Two 20 ms EDF servers behind [`admission_handler`] with `extra` flags (SLO 60 ms, unloaded
+/// tail 20 ms: 40 ms of queuing budget, about two tasks' worth); checks that an idle system
+/// admits. Returns both processes (alive while held) and a fan-out-2 query.
+fn two_servers_behind(extra: &[&str]) -> (Proc, Proc, impl Fn() -> Reply + Copy + Send + 'static) {
+    let servers = start(&["servers", "--count", "2", "--policy", "edf", "--service-fixed-ms", "20"]);
+    let list = format!("{},{}", servers.addrs[0], servers.addrs[1]);
+    let handler = admission_handler(&list, extra);
+    let h = handler.addrs[0];
+    let query = move || http(h, "POST", "/query", &[("tailor-fanout", "2".into())]);
+    assert_eq!(query().status, 200, "an idle system admits");
+    (servers, handler, query)
+}
+
 #[test]
 fn admission_rejects_under_overload_and_recovers_after_it() {
     let servers = start(&["servers", "--count", "2", "--policy", "edf", "--service-fixed-ms", "20"]);
@@ -224,6 +241,30 @@ fn admission_rejects_under_overload_and_recovers_after_it() {
     assert!(rejected_total(h) >= 1);
     // The overload is over; once the misses leave the window, queries are admitted again.
     wait_until("admission to recover", || query().status == 200);
+}
+
+/// `--admission-window tasks`: the ratio over the last 20 task outcomes, no clock. After
+/// the burst's misses the handler rejects; each rejected query (2 tasks) moves the window
+/// by 2, so within 10 rejections the misses have left and queries are admitted again, with
+/// no time window to wait for (a window that only refused queries do not move would stay
+/// full of misses for good).
+#[test]
+fn a_count_window_rejects_after_misses_and_recovers_by_the_rejected_queries() {
+    let (_servers, handler, query) = two_servers_behind(&["--admission-window", "tasks", "--window-tasks", "20"]);
+    let h = handler.addrs[0];
+    let burst: Vec<_> = (0..30).map(|_| std::thread::spawn(query)).collect();
+    for b in burst {
+        assert_eq!(b.join().unwrap().status, 200, "nothing is rejected before a miss is known");
+    }
+    let first = query();
+    assert_eq!(first.status, 503, "the last 20 outcomes are mostly misses: {}", first.body);
+    assert_eq!(first.header("tailor-rejected"), Some("admission"));
+    let mut rejected = 1;
+    while query().status == 503 {
+        rejected += 1;
+        assert!(rejected <= 10, "20 slots are clear after 10 rejected queries of 2 tasks");
+    }
+    assert!(rejected_total(h) >= rejected);
 }
 
 /// With `--predict-misses`, a task whose server already holds more queued work
@@ -261,12 +302,8 @@ fn predicted_misses_reject_within_the_burst_that_causes_them() {
 /// has drained, queries are admitted again.
 #[test]
 fn late_tasks_are_rejected_at_once_while_their_queue_is_long() {
-    let servers = start(&["servers", "--count", "2", "--policy", "edf", "--service-fixed-ms", "20"]);
-    let list = format!("{},{}", servers.addrs[0], servers.addrs[1]);
-    let handler = admission_handler(&list, &["--r-th", "1.0", "--reject-late", "true"]);
+    let (_servers, handler, query) = two_servers_behind(&["--r-th", "1.0", "--reject-late", "true"]);
     let h = handler.addrs[0];
-    let query = move || http(h, "POST", "/query", &[("tailor-fanout", "2".into())]);
-    assert_eq!(query().status, 200, "an idle system admits");
     let burst: Vec<_> = (0..30).map(|_| std::thread::spawn(query)).collect();
     let replies: Vec<_> = burst.into_iter().map(|b| b.join().unwrap()).collect();
     let admitted: Vec<_> = replies.iter().filter(|r| r.status == 200).collect();

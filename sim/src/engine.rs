@@ -377,6 +377,9 @@ struct Engine<'m> {
     edge_queue: VecDeque<u32>,
     in_flight: u64,
     admission: Option<AdmissionController>,
+    /// Per class, the tasks a rejected request would have sent to its root stages (their
+    /// mean fan-out, not drawn: the request's stream stays as it was): they move a count window.
+    refused_tasks: Vec<u64>,
     /// `[admission] reject_late`: what every node has been sent and not yet finished.
     late: Option<LateCheck>,
     noise_rng: Rng,
@@ -548,8 +551,12 @@ impl<'m> Engine<'m> {
             edge_queue: VecDeque::new(),
             in_flight: 0,
             admission: m.admission.map(|(r_th, window)| {
-                AdmissionController::new(r_th, window).expect("admission parameters validated when the scenario loaded")
+                AdmissionController::with_window(r_th, window)
+                    .expect("admission parameters validated when the scenario loaded")
             }),
+            refused_tasks: (0..m.classes.len().max(1))
+                .map(|c| m.roots.iter().map(|&s| m.stages[s].fanout_of(c as u8).mean()).sum::<f64>().round() as u64)
+                .collect(),
             late: m.reject_late.then(|| LateCheck::new(m)),
             noise_rng: Rng::derive(m.seed, STREAM_NOISE),
             request_key: Rng::derive(m.seed, STREAM_REQUEST).next_u64(),
@@ -669,7 +676,7 @@ impl<'m> Engine<'m> {
         // Sequence numbers as the general path hands them out (its tie-break).
         let mut seq = self.seq + 1;
         // The loop's state lives in locals (registers), not in `self`.
-        let Engine { nodes, arrivals, admission, rec, stats, .. } = &mut self;
+        let Engine { nodes, arrivals, admission, refused_tasks, rec, stats, .. } = &mut self;
         let Node { policy, cpus, .. } = &mut nodes[0];
         // The same policy object, called through the same `Policy` trait; only
         // the `AnyPolicy` dispatch is taken once here instead of on every call.
@@ -709,7 +716,7 @@ impl<'m> Engine<'m> {
                 };
                 let measured = measured_range.contains(&index);
                 if let Some(ac) = admission {
-                    if !ac.admit(now) {
+                    if !ac.admit_query(now, refused_tasks[class as usize]) {
                         if measured {
                             rec.rejected(class);
                             measured_left -= 1;
@@ -828,7 +835,7 @@ impl<'m> Engine<'m> {
         };
         let measured = self.measured.contains(&index);
         if let Some(ac) = &mut self.admission {
-            if !ac.admit(self.now) {
+            if !ac.admit_query(self.now, self.refused_tasks[class as usize]) {
                 if measured {
                     self.rec.rejected(class);
                     self.measured_left -= 1;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use tailor_core::dist::{Cdf, Dist, DistSpec, Scaled};
-use tailor_core::tailguard::{Planner, WorstCaseMax};
+use tailor_core::tailguard::{AdmissionWindow, Planner, WorstCaseMax};
 use tailor_core::time::{from_micros_f64, from_millis_f64, NANOS_PER_SEC};
 use tailor_core::{Nanos, PolicySpec};
 
@@ -187,7 +187,7 @@ pub struct Model {
     /// ([`Model::placement_budget`]), not the table's k slowest.
     pub instance_cdfs: Vec<Vec<Scaled>>,
     /// (r_th, window).
-    pub admission: Option<(f64, Nanos)>,
+    pub admission: Option<(f64, AdmissionWindow)>,
     /// `[admission] reject_late`: turn a request away when a root task would wait past its deadline.
     pub reject_late: bool,
     /// Every node: service instances with CPUs of their own, then hosts.
@@ -437,7 +437,14 @@ impl Model {
             budgets: Budgets::default(),
             infeasible: Vec::new(),
             instance_cdfs: Vec::new(),
-            admission: sc.admission.as_ref().map(|a| (a.r_th, from_millis_f64(a.window_ms))),
+            admission: sc.admission.as_ref().map(|a| {
+                let window = match (a.window_tasks, a.window_ms) {
+                    (Some(n), Some(ms)) => AdmissionWindow::OutcomesWithin(n, from_millis_f64(ms).max(1)),
+                    (Some(n), None) => AdmissionWindow::Outcomes(n),
+                    (None, ms) => AdmissionWindow::Time(from_millis_f64(ms.unwrap_or(0.0)).max(1)),
+                };
+                (a.r_th, window)
+            }),
             reject_late: sc.admission.as_ref().is_some_and(|a| a.reject_late),
             nodes,
         };

@@ -422,8 +422,14 @@ pub enum DeadlineMode {
 pub struct AdmissionSpec {
     /// Reject new requests while the task deadline-miss ratio exceeds this.
     pub r_th: f64,
-    /// Moving window over which the ratio is measured.
-    pub window_ms: f64,
+    /// Time window: the outcomes of the last `window_ms` (TailGuard §III.C).
+    #[serde(default)]
+    pub window_ms: Option<f64>,
+    /// Count window: the last `window_tasks` task outcomes (§IV.D: 100000, 1,000
+    /// queries of fanout 100); a rejected request's tasks move it too. With both,
+    /// whichever holds fewer. At least one must be given.
+    #[serde(default)]
+    pub window_tasks: Option<u64>,
     /// Also reject a request at once when one of its tasks would, at its class's SLO
     /// percentile, wait past its deadline behind the tasks already sent to the instance it
     /// picked (the query handler's `reject_late`). Needs one root stage and no in-flight cap.
@@ -763,8 +769,17 @@ impl Scenario {
             if !(a.r_th.is_finite() && (0.0..=1.0).contains(&a.r_th)) {
                 p.push(format!("[admission] r_th = {}: must be in [0, 1] (1: the ratio never rejects)", a.r_th));
             }
-            if !(a.window_ms.is_finite() && a.window_ms > 0.0) {
-                p.push(format!("[admission] window_ms = {}: must be positive", a.window_ms));
+            if let Some(w) = a.window_ms.filter(|w| !(w.is_finite() && *w > 0.0)) {
+                p.push(format!("[admission] window_ms = {w}: must be positive"));
+            }
+            if a.window_tasks == Some(0) {
+                p.push("[admission] window_tasks = 0: must be at least 1 (the paper: 100000)".into());
+            }
+            if a.window_ms.is_none() && a.window_tasks.is_none() {
+                p.push(
+                    "[admission] needs a window: window_ms (time) and/or window_tasks (the last N task outcomes)"
+                        .into(),
+                );
             }
             if self.deadlines.mode == DeadlineMode::None {
                 p.push("[admission] needs task deadlines: set [deadlines] mode = \"tailguard\" or \"slo\"".into());

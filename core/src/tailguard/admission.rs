@@ -4,15 +4,11 @@
 //! its tests) miss their queuing deadlines, so the query handler tracks the
 //! ratio of tasks that missed over a moving window and rejects new queries
 //! while it exceeds R_th. §IV.D measures it over "a moving window with size of
-//! 1000 queries (or 100000 tasks)": a window over the last N task *outcomes*,
-//! which is what [`AdmissionController::with_window_tasks`] sets. A window in
-//! tasks alone can lock the handler out for good: while it rejects, no new
-//! tasks arrive, so the window stops moving with the misses of the overload
-//! still in it. The window therefore also forgets outcomes older than
-//! `window_ns` (§III.C's "moving time window", the period over which the SLO
-//! must hold): the controller covers the last N outcomes *and* at most the last
-//! `window_ns`, whichever is fewer. Both bounds are exact (one entry per
-//! outcome, no buckets), so the ratio is exactly misses / outcomes in the window.
+//! 1000 queries (or 100000 tasks)": a window over the last N task *outcomes*.
+//! §III.C instead speaks of a "moving time window", the period over which the
+//! SLO must hold. Both are offered, alone or together (below). Both bounds are
+//! exact (one entry per outcome, no buckets), so the ratio is exactly misses /
+//! outcomes in the window.
 //!
 //! When is a task's outcome known? A task that leaves its queue by its deadline
 //! is on time, known at dequeue ([`AdmissionController::task_dequeued`]). A
@@ -25,6 +21,17 @@
 //! [`AdmissionController::record_task`] at dequeue (the first version's API,
 //! which the simulator uses).
 //!
+//! Which window ([`AdmissionWindow`], given to [`AdmissionController::with_window`]):
+//! - `Time(ns)`: the outcomes of the last `ns` (§III.C; [`AdmissionController::new`]).
+//! - `Outcomes(n)`: the last `n` task outcomes, no clock (§IV.D's rule, e.g.
+//!   [`PAPER_WINDOW_TASKS`]). To keep it from locking out, the window moves with the
+//!   *offered* load: a query refused by [`AdmissionController::admit_query`] slides it by
+//!   the tasks it would have sent, as slots with no outcome, so after `n` refused tasks
+//!   the misses that caused the refusal have left (our reading: the paper's "1,000
+//!   queries" are the last 1,000 arriving, admitted or not). Callers that pass no task
+//!   count ([`AdmissionController::admit`]) slide it by nothing: outcomes alone move it.
+//! - `OutcomesWithin(n, ns)`: both bounds, whichever holds fewer.
+//!
 //! Time is passed in; nothing reads a clock. Memory is bounded by the window
 //! (one 16-byte entry per outcome in it) plus one counter per distinct
 //! deadline of the tasks announced and not yet dequeued.
@@ -36,6 +43,17 @@ use crate::time::Nanos;
 /// The paper's window (§IV.D): 1,000 queries of fanout 100.
 pub const PAPER_WINDOW_TASKS: u64 = 100_000;
 
+/// Which task outcomes the miss ratio is measured over (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdmissionWindow {
+    /// Outcomes known in the last `ns` nanoseconds (§III.C's moving time window).
+    Time(Nanos),
+    /// The last `n` task slots: outcomes, and the tasks of refused queries (§IV.D).
+    Outcomes(u64),
+    /// The last `n` task slots, of which only those of the last `ns` nanoseconds.
+    OutcomesWithin(u64, Nanos),
+}
+
 /// Invalid admission parameters.
 #[derive(Debug, thiserror::Error)]
 pub enum AdmissionError {
@@ -45,6 +63,9 @@ pub enum AdmissionError {
     /// The window must be positive.
     #[error("window = {0} ns: must be positive; the paper suggests the period over which the SLO must hold")]
     BadWindow(Nanos),
+    /// A count window must hold at least one outcome.
+    #[error("window_tasks = 0: must be at least 1; the paper uses 100000 (1,000 queries of fanout 100)")]
+    BadWindowTasks,
 }
 
 /// Admission control on the task deadline-miss ratio over a moving window.
@@ -54,10 +75,12 @@ pub struct AdmissionController {
     min_tasks: u64,
     window_ns: Nanos,
     window_tasks: u64,
-    /// (when the outcome became known, missed), oldest first.
-    outcomes: VecDeque<(Nanos, bool)>,
+    /// (when the slot entered, what it holds), oldest first.
+    outcomes: VecDeque<(Nanos, Slot)>,
     /// Misses among `outcomes`.
     missed: u64,
+    /// Refused-task slots among `outcomes` (count windows only).
+    refused: u64,
     /// Announced tasks still queued and not yet late: deadline → count.
     pending: BTreeMap<Nanos, u64>,
     /// Announced tasks counted as missed at their deadline, still queued.
@@ -89,6 +112,7 @@ impl AdmissionController {
             window_tasks: u64::MAX,
             outcomes: VecDeque::new(),
             missed: 0,
+            refused: 0,
             pending: BTreeMap::new(),
             late: BTreeMap::new(),
             now: 0,
@@ -97,6 +121,21 @@ impl AdmissionController {
             proportional: false,
             credit: 0.0,
         })
+    }
+
+    /// Rejects while the miss ratio over `window` exceeds `r_th`.
+    pub fn with_window(r_th: f64, window: AdmissionWindow) -> Result<Self, AdmissionError> {
+        let (tasks, ns) = match window {
+            AdmissionWindow::Time(ns) => (None, ns),
+            AdmissionWindow::Outcomes(n) => (Some(n), Nanos::MAX),
+            AdmissionWindow::OutcomesWithin(n, ns) => (Some(n), ns),
+        };
+        let c = Self::new(r_th, ns)?;
+        match tasks {
+            Some(0) => Err(AdmissionError::BadWindowTasks),
+            Some(n) => Ok(c.with_window_tasks(n)),
+            None => Ok(c),
+        }
     }
 
     /// Keeps at most the last `n` task outcomes (the paper's window, e.g.
@@ -127,17 +166,28 @@ impl AdmissionController {
     }
 
     fn push(&mut self, at: Nanos, missed: bool) {
-        self.outcomes.push_back((at, missed));
-        self.missed += u64::from(missed);
+        self.push_slot(at, if missed { Slot::Missed } else { Slot::OnTime });
+    }
+
+    fn push_slot(&mut self, at: Nanos, slot: Slot) {
+        self.outcomes.push_back((at, slot));
+        self.missed += u64::from(slot == Slot::Missed);
+        self.refused += u64::from(slot == Slot::Refused);
         while self.outcomes.len() as u64 > self.window_tasks {
             self.pop_oldest();
         }
     }
 
     fn pop_oldest(&mut self) {
-        if let Some((_, m)) = self.outcomes.pop_front() {
-            self.missed -= u64::from(m);
+        if let Some((_, slot)) = self.outcomes.pop_front() {
+            self.missed -= u64::from(slot == Slot::Missed);
+            self.refused -= u64::from(slot == Slot::Refused);
         }
+    }
+
+    /// Task outcomes (not refused slots) in the window.
+    fn known(&self) -> u64 {
+        self.outcomes.len() as u64 - self.refused
     }
 
     /// Moves time to `now` (an earlier `now` counts as the latest seen): announced
@@ -214,10 +264,29 @@ impl AdmissionController {
     }
 
     /// Whether to admit a query arriving at `now`: false while the miss ratio
-    /// over the window exceeds R_th. Counts the decision.
+    /// over the window exceeds R_th. Counts the decision. A refused query does
+    /// not move a count window; see [`Self::admit_query`].
     pub fn admit(&mut self, now: Nanos) -> bool {
+        self.admit_query(now, 0)
+    }
+
+    /// [`Self::admit`] for a query of `tasks` tasks: if it is refused and the window
+    /// counts outcomes, its tasks enter the window as slots with no outcome, so the
+    /// window moves with the offered load and a refusal ends once the misses that
+    /// caused it are `window_tasks` slots back (at most `window_tasks` slots are added).
+    pub fn admit_query(&mut self, now: Nanos, tasks: u64) -> bool {
+        let ok = self.decide(now);
+        if !ok && self.window_tasks != u64::MAX {
+            for _ in 0..tasks.min(self.window_tasks) {
+                self.push_slot(self.now, Slot::Refused);
+            }
+        }
+        ok
+    }
+
+    fn decide(&mut self, now: Nanos) -> bool {
         self.advance(now);
-        let n = self.outcomes.len() as u64;
+        let n = self.known();
         let ratio = self.ratio();
         let ok = if n == 0 || n < self.min_tasks || ratio <= self.r_th {
             self.credit = 1.0;
@@ -242,10 +311,9 @@ impl AdmissionController {
     }
 
     fn ratio(&self) -> f64 {
-        if self.outcomes.is_empty() {
-            0.0
-        } else {
-            self.missed as f64 / self.outcomes.len() as f64
+        match self.known() {
+            0 => 0.0,
+            n => self.missed as f64 / n as f64,
         }
     }
 
@@ -255,9 +323,14 @@ impl AdmissionController {
         self.ratio()
     }
 
-    /// Task outcomes in the window at `now`.
+    /// Task outcomes in the window at `now` (refused slots not included).
     pub fn window_len(&mut self, now: Nanos) -> u64 {
         self.advance(now);
+        self.known()
+    }
+
+    /// Slots the window holds (outcomes and refused tasks): at most `window_tasks`.
+    pub fn window_slots(&self) -> u64 {
         self.outcomes.len() as u64
     }
 
@@ -297,6 +370,15 @@ pub fn queue_wait_quantile(ahead: u32, cores: usize, mean_ns: f64, var_ns2: f64,
     let n = (ahead as usize - cores + 1) as f64;
     let c = cores as f64;
     crate::dist::special::gamma_quantile((n - 0.5) * mean_ns / c, n * var_ns2 / (c * c), p) as Nanos
+}
+
+/// One entry of the window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    OnTime,
+    Missed,
+    /// A task of a refused query: moves a count window, no outcome.
+    Refused,
 }
 
 /// Removes one task with `deadline` from `map`; false if there was none.
@@ -438,6 +520,67 @@ mod tests {
         assert!(ac.admit(30));
     }
 
+    /// The paper's rule: exactly the last N outcomes, whatever their age; the
+    /// (N+1)-th pushes the oldest out; a refused query's tasks move the window.
+    #[test]
+    fn the_count_window_is_exact_over_the_last_n_and_moves_with_refused_queries() {
+        let n = 100;
+        let mut ac = AdmissionController::with_window(0.02, AdmissionWindow::Outcomes(n)).unwrap();
+        // 2 misses then 98 on time: 2/100 = R_th, admitted.
+        for i in 0..n {
+            ac.record_task(i, i < 2);
+        }
+        assert_eq!(ac.window_len(n), n);
+        assert!((ac.miss_ratio(n) - 0.02).abs() < 1e-12);
+        assert!(ac.admit_query(n, 10));
+        // A miss at the boundary: it pushes out the first miss, 2/100 still.
+        ac.record_task(n, true);
+        assert!((ac.miss_ratio(n) - 0.02).abs() < 1e-12);
+        // Another: the second early miss leaves, the new one stays: 2/100.
+        ac.record_task(n, true);
+        assert!((ac.miss_ratio(n) - 0.02).abs() < 1e-12);
+        // A third recent one: 3/100 > R_th.
+        ac.record_task(n, true);
+        assert!((ac.miss_ratio(n) - 0.03).abs() < 1e-12);
+        // No clock: an hour later nothing has aged out.
+        let hour = 3_600_000_000_000;
+        assert!(!ac.admit_query(hour, 0));
+        assert_eq!(ac.window_len(hour), n);
+        // Refused queries of 40 tasks each push the oldest outcomes out (97 on time, then
+        // the 3 misses): 3/60, then 3/20, both above R_th...
+        assert!(!ac.admit_query(hour, 40));
+        assert_eq!((ac.window_len(hour), ac.window_slots()), (60, n));
+        assert!(!ac.admit_query(hour, 40));
+        assert_eq!(ac.window_len(hour), 20);
+        assert!(!ac.admit_query(hour, 40));
+        // ... until every outcome has left: an empty window admits.
+        assert_eq!((ac.window_len(hour), ac.window_slots()), (0, n));
+        assert!(ac.admit_query(hour, 40));
+        // An admitted query adds no slot; slots never exceed N.
+        assert_eq!(ac.window_slots(), n);
+        assert!(ac.admit_query(hour, 1_000_000));
+        assert_eq!((ac.admitted(), ac.rejected()), (3, 4));
+        // The time window ignores refused queries' tasks.
+        let mut timed = AdmissionController::with_window(0.0, AdmissionWindow::Time(1000)).unwrap();
+        timed.record_task(0, true);
+        assert!(!timed.admit_query(1, 1000));
+        assert_eq!((timed.window_len(1), timed.window_slots()), (1, 1));
+        // Both bounds: the count and the age.
+        let mut both = AdmissionController::with_window(0.0, AdmissionWindow::OutcomesWithin(3, 1000)).unwrap();
+        for t in [0, 1, 2, 3] {
+            both.record_task(t, t == 0);
+        }
+        assert_eq!((both.window_len(3), both.miss_ratio(3)), (3, 0.0));
+        both.record_task(10, true);
+        assert!(!both.admit(10));
+        assert!(both.admit(1011), "aged out");
+        assert!(matches!(
+            AdmissionController::with_window(0.1, AdmissionWindow::Outcomes(0)),
+            Err(AdmissionError::BadWindowTasks)
+        ));
+        assert!(AdmissionController::with_window(0.1, AdmissionWindow::Time(0)).is_err());
+    }
+
     #[test]
     fn a_queued_task_counts_as_missed_at_its_deadline_and_only_once() {
         let mut ac = AdmissionController::new(0.5, 1_000_000).unwrap();
@@ -492,7 +635,7 @@ mod tests {
         Record { dt: u64, missed: bool },
         Queue { dt: u64, budget: u64, n: u64 },
         Dequeue { dt: u64, pick: usize },
-        Admit { dt: u64 },
+        Admit { dt: u64, tasks: u64 },
     }
 
     fn step() -> impl Strategy<Value = Step> {
@@ -500,31 +643,45 @@ mod tests {
             (0..50u64, any::<bool>()).prop_map(|(dt, missed)| Step::Record { dt, missed }),
             (0..50u64, 0..200u64, 1..4u64).prop_map(|(dt, budget, n)| Step::Queue { dt, budget, n }),
             (0..50u64, any::<usize>()).prop_map(|(dt, pick)| Step::Dequeue { dt, pick }),
-            (0..50u64).prop_map(|dt| Step::Admit { dt }),
+            (0..50u64, 0..8u64).prop_map(|(dt, tasks)| Step::Admit { dt, tasks }),
         ]
     }
 
     proptest! {
-        /// The controller agrees with a brute-force model: every outcome is
-        /// kept with the time it became known; the window is the last
-        /// `window_tasks` of those not older than `window_ns`; a queued task's
-        /// outcome is known at its deadline if it is still queued then, else at
-        /// dequeue; each task counts exactly once; admit iff ratio ≤ R_th.
+        /// The controller agrees with a brute-force model, for each kind of window: every
+        /// outcome is kept with the time it became known, and a refused query's tasks as
+        /// slots without outcome (count windows only); the window is the last
+        /// `window_tasks` slots of those not older than `window_ns`; the ratio is exact
+        /// over the outcomes among them; a queued task's outcome is known at its deadline
+        /// if it is still queued then, else at dequeue; each task counts exactly once;
+        /// admit iff ratio ≤ R_th; the window never holds more than `window_tasks` slots.
         #[test]
         fn matches_a_brute_force_model(
             r_th in 0.0..1.0f64,
+            kind in 0..3u8,
             window_ns in 1..400u64,
             window_tasks in 1..40u64,
             steps in prop::collection::vec(step(), 1..200),
         ) {
-            let mut ac = AdmissionController::new(r_th, window_ns).unwrap().with_window_tasks(window_tasks);
-            // Model: all outcomes ever, (known_at, missed); queued tasks (deadline, counted).
-            let mut outcomes: Vec<(u64, bool)> = Vec::new();
+            let window = match kind {
+                0 => AdmissionWindow::Time(window_ns),
+                1 => AdmissionWindow::Outcomes(window_tasks),
+                _ => AdmissionWindow::OutcomesWithin(window_tasks, window_ns),
+            };
+            let mut ac = AdmissionController::with_window(r_th, window).unwrap();
+            let (window_ns, window_tasks) = match kind {
+                0 => (window_ns, u64::MAX),
+                1 => (u64::MAX, window_tasks),
+                _ => (window_ns, window_tasks),
+            };
+            // Model: all slots ever, (entered_at, Some(missed) or None if refused);
+            // queued tasks (deadline, counted).
+            let mut outcomes: Vec<(u64, Option<bool>)> = Vec::new();
             let mut queued: Vec<(u64, bool)> = Vec::new();
             let mut now = 0u64;
             for s in steps {
                 let dt = match s {
-                    Step::Record { dt, .. } | Step::Queue { dt, .. } | Step::Dequeue { dt, .. } | Step::Admit { dt } => dt,
+                    Step::Record { dt, .. } | Step::Queue { dt, .. } | Step::Dequeue { dt, .. } | Step::Admit { dt, .. } => dt,
                 };
                 now += dt;
                 // Deadlines that passed become misses, in deadline order, known now.
@@ -532,12 +689,12 @@ mod tests {
                 due.sort_by_key(|&i| queued[i].0);
                 for i in due {
                     queued[i].1 = true;
-                    outcomes.push((now, true));
+                    outcomes.push((now, Some(true)));
                 }
                 match s {
                     Step::Record { missed, .. } => {
                         ac.record_task(now, missed);
-                        outcomes.push((now, missed));
+                        outcomes.push((now, Some(missed)));
                     }
                     Step::Queue { budget, n, .. } => {
                         // Deadlines may lie in the past (budget < 100 before `now`).
@@ -546,7 +703,7 @@ mod tests {
                         for _ in 0..n {
                             let late = deadline < now;
                             if late {
-                                outcomes.push((now, true));
+                                outcomes.push((now, Some(true)));
                             }
                             queued.push((deadline, late));
                         }
@@ -558,21 +715,27 @@ mod tests {
                         let (deadline, counted) = queued.remove(pick % queued.len());
                         ac.task_dequeued(now, deadline);
                         if !counted {
-                            outcomes.push((now, now > deadline));
+                            outcomes.push((now, Some(now > deadline)));
                         }
                     }
-                    Step::Admit { .. } => {
+                    Step::Admit { tasks, .. } => {
                         let horizon = now.saturating_sub(window_ns);
-                        let recent: Vec<bool> = outcomes.iter().filter(|o| o.0 >= horizon).map(|o| o.1).collect();
-                        let window = &recent[recent.len().saturating_sub(window_tasks as usize)..];
-                        let ratio = if window.is_empty() { 0.0 } else {
-                            window.iter().filter(|&&m| m).count() as f64 / window.len() as f64
+                        let recent: Vec<Option<bool>> = outcomes.iter().filter(|o| o.0 >= horizon).map(|o| o.1).collect();
+                        let slots = &recent[recent.len().saturating_sub(window_tasks.min(1 << 20) as usize)..];
+                        let known: Vec<bool> = slots.iter().flatten().copied().collect();
+                        let ratio = if known.is_empty() { 0.0 } else {
+                            known.iter().filter(|&&m| m).count() as f64 / known.len() as f64
                         };
-                        prop_assert_eq!(ac.window_len(now), window.len() as u64);
+                        prop_assert_eq!(ac.window_len(now), known.len() as u64);
                         prop_assert!((ac.miss_ratio(now) - ratio).abs() < 1e-12);
-                        prop_assert_eq!(ac.admit(now), window.is_empty() || ratio <= r_th);
+                        let admitted = ac.admit_query(now, tasks);
+                        prop_assert_eq!(admitted, known.is_empty() || ratio <= r_th);
+                        if !admitted && window_tasks != u64::MAX {
+                            outcomes.extend((0..tasks).map(|_| (now, None)));
+                        }
                     }
                 }
+                prop_assert!(ac.window_slots() <= window_tasks, "bounded: {} slots", ac.window_slots());
                 prop_assert_eq!(ac.queued(), queued.len() as u64);
             }
         }

@@ -26,10 +26,10 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use tailor_core::dist::Dist;
 use tailor_core::dist::Scaled;
 use tailor_core::policy::PolicySpec;
-use tailor_core::tailguard::SloClass;
+use tailor_core::tailguard::{AdmissionWindow, SloClass};
 use tailor_core::time::from_millis_f64;
-use tailor_fanout::handler::{AdmissionConfig, HandlerConfig, Queuing, Scheme};
 use tailor_fanout::demo;
+use tailor_fanout::handler::{AdmissionConfig, HandlerConfig, Queuing, Scheme};
 use tailor_fanout::{service, Handler, PreciseTimer, TaskServer, TaskServerConfig};
 use tailor_telemetry::LogFormat;
 
@@ -94,6 +94,17 @@ enum ServerPolicy {
     Priq,
 }
 
+/// Which outcomes the admission miss ratio is measured over.
+#[derive(Clone, Copy, ValueEnum)]
+enum AdmissionWindowArg {
+    /// The last --window-tasks outcomes of the last --window-ms, whichever are fewer.
+    Both,
+    /// The last --window-tasks task outcomes (TailGuard §IV.D); refused queries move it.
+    Tasks,
+    /// The outcomes of the last --window-ms (TailGuard §III.C).
+    Time,
+}
+
 /// Where tasks wait.
 #[derive(Clone, Copy, ValueEnum)]
 enum QueuingArg {
@@ -147,6 +158,9 @@ struct HandlerArgs {
     /// Admission: at most this many tasks in the window.
     #[arg(long, default_value_t = 100_000, requires = "r_th")]
     window_tasks: u64,
+    /// Admission: which window bounds the miss ratio.
+    #[arg(long, value_enum, default_value_t = AdmissionWindowArg::Both, requires = "r_th")]
+    admission_window: AdmissionWindowArg,
     /// Admission: count predicted misses too.
     #[arg(long, default_value_t = false, action = ArgAction::Set, requires = "r_th")]
     predict_misses: bool,
@@ -261,8 +275,14 @@ fn handler(a: &HandlerArgs) -> Result<(), String> {
     let (slo_ms, offline_ms) = (a.slo_ms, a.offline_fixed_ms);
     let admission = a.r_th.map(|r_th| AdmissionConfig {
         r_th,
-        window: Duration::from_secs_f64(a.window_ms / 1e3),
-        window_tasks: a.window_tasks,
+        window: {
+            let ns = from_millis_f64(a.window_ms).max(1);
+            match a.admission_window {
+                AdmissionWindowArg::Both => AdmissionWindow::OutcomesWithin(a.window_tasks, ns),
+                AdmissionWindowArg::Tasks => AdmissionWindow::Outcomes(a.window_tasks),
+                AdmissionWindowArg::Time => AdmissionWindow::Time(ns),
+            }
+        },
         predict: a.predict_misses,
         proportional: a.proportional,
         per_server: a.per_server_admission,

@@ -581,7 +581,7 @@ fn run_job(job: &Job) -> Result<Outcome, String> {
         JobKind::Admission { loads } => {
             // §IV.D: find the max load without admission control; the task
             // deadline-miss ratio there is R_th.
-            let window_ms = job.loaded.scenario.admission.as_ref().expect("checked when planned").window_ms;
+            let configured = job.loaded.scenario.admission.clone().expect("checked when planned");
             let mut calib = job.loaded.clone();
             calib.scenario.admission = None;
             let s = search(&calib, &job.ov)?;
@@ -590,7 +590,7 @@ fn run_job(job: &Job) -> Result<Outcome, String> {
             let mut runs = Vec::with_capacity(loads.len());
             for &u in loads {
                 let mut l = job.loaded.clone();
-                l.scenario.admission = Some(AdmissionSpec { r_th, window_ms, reject_late: false });
+                l.scenario.admission = Some(AdmissionSpec { r_th, reject_late: false, ..configured.clone() });
                 let ov = Overrides { load: Some(LoadOverride::Utilization(u)), ..job.ov.clone() };
                 let model = Model::build(&l, &ov).map_err(|e| e.to_string())?;
                 runs.push((u, run_record(&model)));
