@@ -180,13 +180,13 @@ pub fn find_tls_error(e: &(dyn std::error::Error + 'static)) -> Option<String> {
         if let Some(t) = s.downcast_ref::<rustls::Error>() {
             return Some(t.to_string());
         }
-        // io::Error hides a custom inner error from `source()`: look inside it.
-        if let Some(inner) = s.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
-            if let Some(t) = inner.downcast_ref::<rustls::Error>() {
-                return Some(t.to_string());
-            }
-        }
-        source = s.source();
+        // io::Error hides a custom inner error from `source()` (and the TLS connector nests
+        // io::Errors): walk into it instead.
+        let inner = s.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref());
+        source = match inner {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => s.source(),
+        };
     }
     None
 }
