@@ -137,6 +137,19 @@ pub(crate) struct Member {
     pub(crate) child: Child,
 }
 
+/// Makes `cmd`'s process get SIGTERM when the thread that starts it ends. A harness stopped
+/// by a signal runs no destructor: each tier then stops (and restores what it changed)
+/// instead of serving on as an orphan. The runs start their tiers from one long-lived thread.
+pub(crate) fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl(2) is async-signal-safe, all the closure does between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+}
+
 /// Starts `cmd` with stdout and stderr copied to `log`; returns it and the first line
 /// that contains `marker` (within 20 s), or why not.
 pub(crate) fn start_member(
@@ -147,16 +160,7 @@ pub(crate) fn start_member(
 ) -> Result<(Member, String), String> {
     let file = File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
     let file = Arc::new(Mutex::new(file));
-    // A harness stopped by a signal runs no destructor: each tier gets SIGTERM (and so
-    // restores what it changed) when the thread that started it ends, instead of
-    // serving on as an orphan. The runs start their tiers from one long-lived thread.
-    // SAFETY: prctl(2) is async-signal-safe, all the closure does between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        });
-    }
+    die_with_parent(&mut cmd);
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

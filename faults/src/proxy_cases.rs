@@ -101,7 +101,7 @@ pub fn proxy_settings(role: Role) -> String {
         Role::Sidecar => "c = 4",
         Role::Edge => "max_in_flight = 4",
     };
-    format!("{cap}\nupstream_timeout_ms = {UPSTREAM_TIMEOUT_MS}\nbody_read_timeout_ms = {BODY_TIMEOUT_MS}\n")
+    format!("{cap}\n[limits]\nupstream_timeout_ms = {UPSTREAM_TIMEOUT_MS}\nbody_read_timeout_ms = {BODY_TIMEOUT_MS}\n")
 }
 
 /// Sends `n` requests of `path` at once, each on its own thread; answers arrive on the channel.
@@ -167,7 +167,8 @@ pub fn run(exe: &Path, role: Role, fault: Fault) -> ProxyRow {
         }
     };
     let (status, reason) = fault.expected();
-    let as_expected = answers.iter().filter(|(a, _)| a.as_ref().is_ok_and(|a| a.status == status && a.reason() == reason)).count();
+    let as_expected =
+        answers.iter().filter(|(a, _)| a.as_ref().is_ok_and(|a| a.status == status && a.reason() == reason)).count();
     let lost = answers.iter().filter(|(a, _)| a.is_err()).count();
     let detect_ms = answers.iter().map(|(_, at)| ms(at.duration_since(t0))).reduce(f64::max);
     let restore_ms = wait_for(t0, || held(0.0) && proxy.fds() <= fds0);

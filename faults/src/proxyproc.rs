@@ -85,8 +85,8 @@ impl Drop for TempFile {
 }
 
 impl Proxy {
-    /// Starts `role` in front of `upstream` with `extra` config lines (TOML keys of the
-    /// top-level table) and waits until its admin `/readyz` and its listener answer.
+    /// Starts `role` in front of `upstream` with `extra` config lines (top-level keys, then
+    /// optionally tables such as `[limits]`) and waits until its admin `/readyz` and its listener answer.
     pub fn start(exe: &Path, role: Role, upstream: SocketAddr, extra: &str) -> Proxy {
         let (listen, admin) = (free_port(), free_port());
         let text = match role {
@@ -134,10 +134,7 @@ impl Proxy {
     pub fn rss_kib(&self) -> (u64, u64) {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.proc.pid())).unwrap_or_default();
         let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name)?.split_whitespace().next()?.parse().ok())
-                .unwrap_or(0)
+            status.lines().find_map(|l| l.strip_prefix(name)?.split_whitespace().next()?.parse().ok()).unwrap_or(0)
         };
         (field("VmHWM:"), field("VmRSS:"))
     }

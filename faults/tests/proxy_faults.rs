@@ -82,7 +82,7 @@ fn slowloris_connections_are_closed_at_the_header_timeout_and_do_not_block_other
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     const SLOW: usize = 500;
     let upstream = Upstream::start(exe(), "127.0.0.1:0", 4, 1);
-    let proxy = Proxy::start(exe(), Role::Sidecar, upstream.addr, "c = 4\nheader_read_timeout_ms = 3000\n");
+    let proxy = Proxy::start(exe(), Role::Sidecar, upstream.addr, "c = 4\n[limits]\nheader_read_timeout_ms = 3000\n");
     assert_eq!(client::request(proxy.listen, "/", "", Duration::from_secs(10)).map(|a| a.status).ok(), Some(200));
     let fds0 = proxy.fds();
     let t0 = Instant::now();
@@ -124,7 +124,8 @@ fn oversized_heads_get_431_and_oversized_bodies_413() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let upstream = Upstream::start(exe(), "127.0.0.1:0", 4, 1);
     for role in [Role::Sidecar, Role::Edge] {
-        let proxy = Proxy::start(exe(), role, upstream.addr, "max_header_bytes = 16384\nmax_body_bytes = 1048576\n");
+        let proxy =
+            Proxy::start(exe(), role, upstream.addr, "[limits]\nmax_header_bytes = 16384\nmax_body_bytes = 1048576\n");
         let big = format!("x-big: {}\r\n", "a".repeat(64 * 1024));
         let a = client::request(proxy.listen, "/", &big, Duration::from_secs(10));
         assert_eq!(a.as_ref().map(|a| a.status).ok(), Some(431), "{}: {a:?}", role.name());
@@ -137,7 +138,9 @@ fn oversized_heads_get_431_and_oversized_bodies_413() {
         write!(s, "POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n").unwrap();
         let chunk = vec![b'y'; 64 * 1024];
         for _ in 0..32 {
-            if write!(s, "{:x}\r\n", chunk.len()).is_err() || s.write_all(&chunk).is_err() || s.write_all(b"\r\n").is_err()
+            if write!(s, "{:x}\r\n", chunk.len()).is_err()
+                || s.write_all(&chunk).is_err()
+                || s.write_all(b"\r\n").is_err()
             {
                 break;
             }
@@ -148,8 +151,12 @@ fn oversized_heads_get_431_and_oversized_bodies_413() {
         // A body within the limit passes.
         let mut s = TcpStream::connect(proxy.listen).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(s, "POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\nconnection: close\r\n\r\n{}", "z".repeat(1000))
-            .unwrap();
+        write!(
+            s,
+            "POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\nconnection: close\r\n\r\n{}",
+            "z".repeat(1000)
+        )
+        .unwrap();
         assert_eq!(client::read_answer(&mut s).unwrap().status, 200);
         eventually("no slot held", || proxy.slots_held() == Some(0.0));
     }
@@ -159,7 +166,7 @@ fn oversized_heads_get_431_and_oversized_bodies_413() {
 fn connections_beyond_the_cap_get_503_and_the_cap_frees() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let upstream = Upstream::start(exe(), "127.0.0.1:0", 4, 1);
-    let proxy = Proxy::start(exe(), Role::Sidecar, upstream.addr, "max_connections = 20\n");
+    let proxy = Proxy::start(exe(), Role::Sidecar, upstream.addr, "[limits]\nmax_connections = 20\n");
     let idle: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(proxy.listen).unwrap()).collect();
     eventually("20 connections open", || proxy.metric("tailor_proxy_connections_open") == Some(20.0));
     let a = client::request(proxy.listen, "/", "", Duration::from_secs(10)).unwrap();
@@ -184,9 +191,6 @@ fn twice_the_capacity_keeps_goodput_sheds_by_deadline_and_recovers() {
     assert_eq!(r.other, 0, "answers neither 200 nor shed: {r:?}");
     // Back to normal: the second second after the overload is no worse than 3x the calm
     // before it plus one budget (the overload's queue is bounded by the deadlines).
-    assert!(
-        r.p99_after_1_2s_ms <= 3.0 * r.p99_before_ms + 100.0,
-        "p99 after the overload did not come back: {r:?}"
-    );
+    assert!(r.p99_after_1_2s_ms <= 3.0 * r.p99_before_ms + 100.0, "p99 after the overload did not come back: {r:?}");
     assert!(r.rss_peak_mib < 256.0, "RSS not bounded: {r:?}");
 }

@@ -5,12 +5,14 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 use tailor_core::wire::{Key, Keyring};
 use tailor_core::{Nanos, PolicySpec};
 
+use crate::tls::{self, ClientTls};
 use crate::ProxyError;
 
 const NANOS_PER_MS: Nanos = 1_000_000;
@@ -66,6 +68,31 @@ pub struct EgressConfig {
     pub upstream: SocketAddr,
 }
 
+/// A listener's TLS (`[tls]`): it serves HTTPS with this certificate chain and key (PEM
+/// files, relative to the config file), offering ALPN `h2` and `http/1.1`. Reloaded on SIGHUP.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The certificate chain, the listener's own certificate first.
+    pub cert_file: PathBuf,
+    /// Its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+}
+
+/// TLS towards upstreams (`[upstream_tls]`): the upstream's certificate must chain to
+/// `ca_file`. Reloaded on SIGHUP.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTlsConfig {
+    /// The CA certificate(s) that sign the upstreams' certificates.
+    pub ca_file: PathBuf,
+    /// The name the upstream's certificate must carry (and the SNI sent); absent: its IP address.
+    pub server_name: Option<String>,
+    /// A client certificate chain for mTLS, with `key_file`.
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+}
+
 /// `tailor proxy sidecar`: one local service behind a policy-ordered gate.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -95,28 +122,14 @@ pub struct SidecarConfig {
     /// How long SIGTERM waits for requests in progress.
     #[serde(default = "default_drain_ms")]
     pub drain_timeout_ms: u64,
-    /// How long the upstream has to send its response headers; beyond it the client gets
-    /// 504 (`tailor-error: upstream_timeout`) and the request leaves the gate.
-    #[serde(default = "default_upstream_timeout_ms")]
-    pub upstream_timeout_ms: u64,
-    /// A connection must deliver a request's headers within this long (slowloris), or it is closed.
-    #[serde(default = "default_header_read_timeout_ms")]
-    pub header_read_timeout_ms: u64,
-    /// An admitted request's body must arrive within this long (a slow client cannot hold
-    /// a slot for ever): 408 (`tailor-error: body_timeout`). 0: no limit (long gRPC streams).
-    #[serde(default = "default_body_read_timeout_ms")]
-    pub body_read_timeout_ms: u64,
-    /// Request line and headers at most (HTTP/1.1; the HTTP/2 header list): beyond it 431.
-    #[serde(default = "default_max_header_bytes")]
-    pub max_header_bytes: usize,
-    /// Request body at most: beyond it 413 (`tailor-error: body_too_large`).
-    #[serde(default = "default_max_body_bytes")]
-    pub max_body_bytes: u64,
-    /// Open client connections at most, per listener; beyond it a new connection gets 503
-    /// (`tailor-shed: connection_limit`) and is closed.
-    #[serde(default = "default_max_connections")]
-    pub max_connections: usize,
+    /// Bounds on client connections and relays (`[limits]`).
+    #[serde(default)]
+    pub limits: Limits,
     pub mac: Option<MacConfig>,
+    /// The inbound listener serves HTTPS (egress listeners stay plaintext: they are local).
+    pub tls: Option<TlsConfig>,
+    /// The local service is called over TLS.
+    pub upstream_tls: Option<UpstreamTlsConfig>,
     #[serde(default)]
     pub egress: Vec<EgressConfig>,
 }
@@ -181,28 +194,14 @@ pub struct EdgeConfig {
     pub grpc_timeout: bool,
     #[serde(default = "default_drain_ms")]
     pub drain_timeout_ms: u64,
-    /// How long the upstream has to send its response headers; beyond it the client gets
-    /// 504 (`tailor-error: upstream_timeout`) and the request leaves the gate.
-    #[serde(default = "default_upstream_timeout_ms")]
-    pub upstream_timeout_ms: u64,
-    /// A connection must deliver a request's headers within this long (slowloris), or it is closed.
-    #[serde(default = "default_header_read_timeout_ms")]
-    pub header_read_timeout_ms: u64,
-    /// An admitted request's body must arrive within this long (a slow client cannot hold
-    /// a slot for ever): 408 (`tailor-error: body_timeout`). 0: no limit (long gRPC streams).
-    #[serde(default = "default_body_read_timeout_ms")]
-    pub body_read_timeout_ms: u64,
-    /// Request line and headers at most (HTTP/1.1; the HTTP/2 header list): beyond it 431.
-    #[serde(default = "default_max_header_bytes")]
-    pub max_header_bytes: usize,
-    /// Request body at most: beyond it 413 (`tailor-error: body_too_large`).
-    #[serde(default = "default_max_body_bytes")]
-    pub max_body_bytes: u64,
-    /// Open client connections at most, per listener; beyond it a new connection gets 503
-    /// (`tailor-shed: connection_limit`) and is closed.
-    #[serde(default = "default_max_connections")]
-    pub max_connections: usize,
+    /// Bounds on client connections and relays (`[limits]`).
+    #[serde(default)]
+    pub limits: Limits,
     pub mac: Option<MacConfig>,
+    /// The edge's listener serves HTTPS.
+    pub tls: Option<TlsConfig>,
+    /// Every route's upstreams are called over TLS.
+    pub upstream_tls: Option<UpstreamTlsConfig>,
     pub routes: Vec<RouteConfig>,
 }
 
@@ -224,24 +223,6 @@ fn default_drain_ms() -> u64 {
 fn default_health_ms() -> u64 {
     1_000
 }
-fn default_upstream_timeout_ms() -> u64 {
-    30_000
-}
-fn default_header_read_timeout_ms() -> u64 {
-    10_000
-}
-fn default_body_read_timeout_ms() -> u64 {
-    30_000
-}
-fn default_max_header_bytes() -> usize {
-    65_536
-}
-fn default_max_body_bytes() -> u64 {
-    8 << 20
-}
-fn default_max_connections() -> usize {
-    10_000
-}
 fn default_prefix() -> String {
     "/".into()
 }
@@ -250,72 +231,88 @@ impl SidecarConfig {
     pub fn max_age_ns(&self) -> Nanos {
         self.max_age_ms.saturating_mul(NANOS_PER_MS)
     }
-
-    pub fn limits(&self) -> Limits {
-        Limits::new(
-            self.upstream_timeout_ms,
-            self.header_read_timeout_ms,
-            self.body_read_timeout_ms,
-            self.max_header_bytes,
-            self.max_body_bytes,
-            self.max_connections,
-        )
-    }
 }
 
-impl EdgeConfig {
-    pub fn limits(&self) -> Limits {
-        Limits::new(
-            self.upstream_timeout_ms,
-            self.header_read_timeout_ms,
-            self.body_read_timeout_ms,
-            self.max_header_bytes,
-            self.max_body_bytes,
-            self.max_connections,
-        )
-    }
-}
-
-/// The bounds every listener and relay of a proxy keeps (the same keys in both roles).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The bounds every listener and relay of a proxy keeps: the `[limits]` table, the same in
+/// both roles. The listener bounds (`header_read_timeout_ms`, `max_header_bytes`,
+/// `max_connections`) change only on restart, the others on SIGHUP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Limits {
-    pub upstream_timeout: Duration,
-    pub header_read_timeout: Duration,
-    /// `None`: no limit.
-    pub body_read_timeout: Option<Duration>,
+    /// How long the upstream has to send its response headers; beyond it the client gets
+    /// 504 (`tailor-error: upstream_timeout`) and the request leaves the gate.
+    pub upstream_timeout_ms: u64,
+    /// A connection must deliver a request's headers within this long (slowloris), or it is closed.
+    pub header_read_timeout_ms: u64,
+    /// An admitted request's body must arrive within this long (a slow client cannot hold
+    /// a slot for ever): 408 (`tailor-error: body_timeout`). 0: no limit (long gRPC streams).
+    pub body_read_timeout_ms: u64,
+    /// Request line and headers at most (HTTP/1.1; the HTTP/2 header list): beyond it 431.
     pub max_header_bytes: usize,
+    /// Request body at most: beyond it 413 (`tailor-error: body_too_large`).
     pub max_body_bytes: u64,
+    /// Open client connections at most, per listener; beyond it a new connection gets 503
+    /// (`tailor-shed: connection_limit`) and is closed.
     pub max_connections: usize,
 }
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            upstream_timeout_ms: 30_000,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
+            max_header_bytes: 65_536,
+            max_body_bytes: 8 << 20,
+            max_connections: 10_000,
+        }
+    }
+}
+
+/// The keys of `[limits]`, which older configs had at the top level.
+const LIMIT_KEYS: [&str; 6] = [
+    "upstream_timeout_ms",
+    "header_read_timeout_ms",
+    "body_read_timeout_ms",
+    "max_header_bytes",
+    "max_body_bytes",
+    "max_connections",
+];
 
 /// hyper's smallest read buffer: request heads are limited by the buffer's size.
 pub const MIN_HEADER_BYTES: usize = 8192;
 
 impl Limits {
-    fn new(upstream_ms: u64, header_ms: u64, body_ms: u64, header_bytes: usize, body_bytes: u64, conns: usize) -> Limits {
-        Limits {
-            upstream_timeout: Duration::from_millis(upstream_ms),
-            header_read_timeout: Duration::from_millis(header_ms),
-            body_read_timeout: (body_ms > 0).then(|| Duration::from_millis(body_ms)),
-            max_header_bytes: header_bytes,
-            max_body_bytes: body_bytes,
-            max_connections: conns,
-        }
+    pub fn upstream_timeout(&self) -> Duration {
+        Duration::from_millis(self.upstream_timeout_ms)
+    }
+
+    pub fn header_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_read_timeout_ms)
+    }
+
+    /// `None`: no limit.
+    pub fn body_read_timeout(&self) -> Option<Duration> {
+        (self.body_read_timeout_ms > 0).then(|| Duration::from_millis(self.body_read_timeout_ms))
     }
 
     /// The first key that is out of range, with the fix.
     fn check(&self, file: &Path) -> Result<(), ProxyError> {
-        if self.upstream_timeout.is_zero() {
-            return Err(invalid(file, "upstream_timeout_ms", "must be at least 1"));
+        if self.upstream_timeout_ms == 0 {
+            return Err(invalid(file, "limits.upstream_timeout_ms", "must be at least 1"));
         }
-        if self.header_read_timeout.is_zero() {
-            return Err(invalid(file, "header_read_timeout_ms", "must be at least 1"));
+        if self.header_read_timeout_ms == 0 {
+            return Err(invalid(file, "limits.header_read_timeout_ms", "must be at least 1"));
         }
         if self.max_header_bytes < MIN_HEADER_BYTES || self.max_header_bytes > u32::MAX as usize {
-            return Err(invalid(file, "max_header_bytes", format!("must be between {MIN_HEADER_BYTES} and 4294967295")));
+            return Err(invalid(
+                file,
+                "limits.max_header_bytes",
+                format!("must be between {MIN_HEADER_BYTES} and 4294967295"),
+            ));
         }
         if self.max_connections == 0 {
-            return Err(invalid(file, "max_connections", "must be at least 1"));
+            return Err(invalid(file, "limits.max_connections", "must be at least 1"));
         }
         Ok(())
     }
@@ -340,6 +337,12 @@ fn parse<T: for<'de> Deserialize<'de>>(file: &Path) -> Result<T, ProxyError> {
 
 /// Parses `text` as if read from `file` (for messages).
 pub fn parse_str<T: for<'de> Deserialize<'de>>(file: &Path, text: &str) -> Result<T, ProxyError> {
+    // The bounds moved under [limits]: say so rather than "unknown field".
+    if let Ok(table) = text.parse::<toml::Table>() {
+        if let Some(key) = LIMIT_KEYS.iter().find(|k| table.contains_key(**k)) {
+            return Err(invalid(file, *key, format!("move `{key}` under [limits] (the six bounds are one table now)")));
+        }
+    }
     toml::from_str(text).map_err(|e| {
         // toml's message names the key and shows the line; keep it whole.
         // The span is the offending key or value; a missing key spans its whole table.
@@ -364,10 +367,7 @@ fn location(text: &str, span: Option<std::ops::Range<usize>>) -> String {
 fn keyring(file: &Path, mac: &Option<MacConfig>) -> Result<Option<(Key, Keyring)>, ProxyError> {
     let Some(mac) = mac else { return Ok(None) };
     // A relative secret path is relative to the config file, like every tool that has one.
-    let path = match file.parent() {
-        Some(dir) if mac.secret_file.is_relative() => dir.join(&mac.secret_file),
-        _ => mac.secret_file.clone(),
-    };
+    let path = tls::beside(file, &mac.secret_file);
     let secret = std::fs::read(&path)
         .map_err(|e| invalid(file, "mac.secret_file", format!("cannot read {}: {e}", path.display())))?;
     let secret = secret.trim_ascii();
@@ -376,18 +376,36 @@ fn keyring(file: &Path, mac: &Option<MacConfig>) -> Result<Option<(Key, Keyring)
     Ok(Some((key, ring)))
 }
 
-/// A loaded sidecar configuration with its key.
+/// The TLS of a loaded config: the listener's server side and the upstreams' client side.
+#[derive(Clone, Debug, Default)]
+pub struct LoadedTls {
+    pub server: Option<Arc<rustls::ServerConfig>>,
+    pub upstream: Option<ClientTls>,
+}
+
+impl LoadedTls {
+    fn load(file: &Path, server: &Option<TlsConfig>, upstream: &Option<UpstreamTlsConfig>) -> Result<Self, ProxyError> {
+        Ok(LoadedTls {
+            server: server.as_ref().map(|t| tls::server(file, "tls", t)).transpose()?,
+            upstream: upstream.as_ref().map(|t| tls::client(file, "upstream_tls", t)).transpose()?,
+        })
+    }
+}
+
+/// A loaded sidecar configuration with its key and certificates.
 #[derive(Clone, Debug)]
 pub struct Sidecar {
     pub config: SidecarConfig,
     pub key: Option<(Key, Keyring)>,
+    pub tls: LoadedTls,
 }
 
-/// A loaded edge configuration with its key.
+/// A loaded edge configuration with its key and certificates.
 #[derive(Clone, Debug)]
 pub struct Edge {
     pub config: EdgeConfig,
     pub key: Option<Key>,
+    pub tls: LoadedTls,
 }
 
 impl Sidecar {
@@ -405,9 +423,10 @@ impl Sidecar {
         if config.max_queue == 0 {
             return Err(invalid(file, "max_queue", "must be at least 1"));
         }
-        config.limits().check(file)?;
+        config.limits.check(file)?;
         let key = keyring(file, &config.mac)?;
-        Ok(Sidecar { config, key })
+        let tls = LoadedTls::load(file, &config.tls, &config.upstream_tls)?;
+        Ok(Sidecar { config, key, tls })
     }
 }
 
@@ -442,8 +461,9 @@ impl Edge {
         if config.health_interval_ms == 0 {
             return Err(invalid(file, "health_interval_ms", "must be at least 1"));
         }
-        config.limits().check(file)?;
+        config.limits.check(file)?;
         let key = keyring(file, &config.mac)?.map(|(k, _)| k);
-        Ok(Edge { config, key })
+        let tls = LoadedTls::load(file, &config.tls, &config.upstream_tls)?;
+        Ok(Edge { config, key, tls })
     }
 }

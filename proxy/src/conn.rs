@@ -33,7 +33,7 @@ pub fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
     b.http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
+        .header_read_timeout(limits.header_read_timeout())
         .max_buf_size(limits.max_header_bytes);
     b.http2().timer(TokioTimer::new()).max_header_list_size(limits.max_header_bytes as u32);
     b
@@ -58,21 +58,22 @@ impl Drop for Open {
     }
 }
 
-/// A client socket whose reads fail once `header_read_timeout` passes before its first
-/// request arrived (`served`, set by the service); after that it is the plain socket.
-pub struct FirstRequestDeadline {
-    inner: TcpStream,
+/// A client connection (a socket, or TLS over one) whose reads fail once
+/// `header_read_timeout` passes before its first request arrived (`served`, set by the
+/// service); after that it is the plain connection.
+pub struct FirstRequestDeadline<S = TcpStream> {
+    inner: S,
     served: Arc<AtomicBool>,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
-impl FirstRequestDeadline {
-    pub fn new(inner: TcpStream, limits: &Limits, served: Arc<AtomicBool>) -> FirstRequestDeadline {
-        FirstRequestDeadline { inner, served, timer: Some(Box::pin(tokio::time::sleep(limits.header_read_timeout))) }
+impl<S> FirstRequestDeadline<S> {
+    pub fn new(inner: S, limits: &Limits, served: Arc<AtomicBool>) -> FirstRequestDeadline<S> {
+        FirstRequestDeadline { inner, served, timer: Some(Box::pin(tokio::time::sleep(limits.header_read_timeout()))) }
     }
 }
 
-impl AsyncRead for FirstRequestDeadline {
+impl<S: AsyncRead + Unpin> AsyncRead for FirstRequestDeadline<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
         let read = Pin::new(&mut this.inner).poll_read(cx, buf);
@@ -90,7 +91,7 @@ impl AsyncRead for FirstRequestDeadline {
     }
 }
 
-impl AsyncWrite for FirstRequestDeadline {
+impl<S: AsyncWrite + Unpin> AsyncWrite for FirstRequestDeadline<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }

@@ -15,9 +15,10 @@ use tailor_core::Context;
 use tailor_runtime::cpu::{monotonic_ns, realtime_ns};
 
 use crate::config::{Balance, Edge, Order, RouteConfig};
-use crate::forward::{declared_too_large, failed, guarded, plain, shed_response, Body};
+use crate::forward::{declared_too_large, failed, guarded, plain, shed_response, Body, Upstreams};
 use crate::gate::{Gate, GateConfig};
 use crate::headers;
+use crate::metrics::GateView;
 use crate::sidecar::Shared;
 
 /// One upstream address of a route, with its load and health.
@@ -38,6 +39,8 @@ pub struct EdgeState {
     pub loaded: Edge,
     pub routes: Vec<Route>,
     pub gate: Option<Arc<Gate>>,
+    /// Clients that reach the upstreams over TLS (`[upstream_tls]`).
+    pub upstream_tls: Option<Upstreams>,
     rng: AtomicU64,
 }
 
@@ -69,7 +72,8 @@ impl EdgeState {
                 shed_cannot_meet: false,
             })
         });
-        Arc::new(EdgeState { loaded, routes, gate, rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15) })
+        let upstream_tls = loaded.tls.upstream.as_ref().map(Upstreams::tls);
+        Arc::new(EdgeState { loaded, routes, gate, upstream_tls, rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15) })
     }
 
     /// The first route whose every given condition matches.
@@ -148,7 +152,7 @@ pub async fn handle(state: Arc<EdgeState>, shared: Shared, mut req: Request<Inco
     let Some(route) = state.route(req.uri().path(), req.headers()) else {
         return plain(StatusCode::NOT_FOUND, "no route matches this request\n");
     };
-    let limits = state.loaded.config.limits();
+    let limits = state.loaded.config.limits;
     if let Some(refused) = declared_too_large(&req, &limits, grpc) {
         return refused;
     }
@@ -182,7 +186,8 @@ pub async fn handle(state: Arc<EdgeState>, shared: Shared, mut req: Request<Inco
     metrics.queue_wait.observe(admitted - arrived);
     let backend = state.pick(route);
     backend.outstanding.fetch_add(1, Relaxed);
-    match shared.upstreams.relay(req, backend.addr, &limits).await {
+    let upstreams = state.upstream_tls.as_ref().unwrap_or(&shared.upstreams);
+    match upstreams.relay(req, backend.addr, &limits).await {
         Ok(mut response) => {
             metrics.upstream_latency.observe(monotonic_ns() - admitted);
             headers::strip_response(response.headers_mut());
@@ -210,8 +215,12 @@ pub async fn handle(state: Arc<EdgeState>, shared: Shared, mut req: Request<Inco
 /// Checks every backend of `state` each `health_interval_ms` until the state is replaced
 /// (reload) or dropped: a GET of `health_path` answered 2xx, or else a TCP connect.
 pub async fn health_checks(state: Weak<EdgeState>) {
+    let Some(first) = state.upgrade() else { return };
+    let tls = first.loaded.tls.upstream.clone();
+    drop(first);
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+        .build::<_, http_body_util::Empty<bytes::Bytes>>(crate::forward::connector(tls.as_ref(), false));
     loop {
         let Some(s) = state.upgrade() else { return };
         let interval = Duration::from_millis(s.loaded.config.health_interval_ms);
@@ -221,7 +230,7 @@ pub async fn health_checks(state: Weak<EdgeState>) {
         for b in backends {
             let ok = match &path {
                 Some(p) => {
-                    let uri: http::Uri = match format!("http://{}{}", b.addr, p).parse() {
+                    let uri: http::Uri = match format!("{scheme}://{}{}", b.addr, p).parse() {
                         Ok(u) => u,
                         Err(_) => continue,
                     };
@@ -239,14 +248,13 @@ pub async fn health_checks(state: Weak<EdgeState>) {
     }
 }
 
-/// `/metrics`, `/healthz`, `/readyz` of an edge.
-pub fn admin(state: &EdgeState, shared: &Shared, path: &str, draining: bool) -> Response<Body> {
-    crate::serve::admin_response(path, draining, || {
-        let (queue, in_flight, limit) = state.gate.as_ref().map_or((0, 0, None), |g| {
-            let (q, i, l) = g.snapshot();
-            (q, i, Some(l))
-        });
-        let outstanding: usize = state.backends().iter().map(|b| b.outstanding.load(Relaxed)).sum();
-        shared.metrics.render(queue, in_flight.max(outstanding), limit)
-    })
+/// What the admin endpoint shows of the edge now: its cap's queue (if any) and the
+/// requests in flight to upstreams.
+pub fn gate_view(state: &EdgeState) -> GateView {
+    let (queue, in_flight, limit) = state.gate.as_ref().map_or((0, 0, None), |g| {
+        let (q, i, l) = g.snapshot();
+        (q, i, Some(l))
+    });
+    let outstanding: usize = state.backends().iter().map(|b| b.outstanding.load(Relaxed)).sum();
+    GateView { queue, in_flight: in_flight.max(outstanding), limit }
 }

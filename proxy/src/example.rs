@@ -18,13 +18,24 @@ shed_cannot_meet = true        # shed on arrival what would miss its deadline at
 max_age_ms = 10000             # older GATs are clamped: what a forged context can gain at most
 drain_timeout_ms = 10000       # SIGTERM waits this long for requests in progress
 
-# Bounds (the same keys on the edge): what a hung upstream, a slow or hostile client may cost.
+# Bounds (the same table on the edge): what a hung upstream, a slow or hostile client may cost.
+[limits]
 upstream_timeout_ms = 30000    # response headers from the upstream within this, else 504 (tailor-error: upstream_timeout)
 header_read_timeout_ms = 10000 # a request head within this (slowloris), else the connection is closed
 body_read_timeout_ms = 30000   # an admitted request's body within this, else 408 (body_timeout); 0: none
 max_header_bytes = 65536       # request head at most (>= 8192), else 431
 max_body_bytes = 8388608       # request body at most, else 413 (tailor-error: body_too_large)
 max_connections = 10000        # open client connections per listener; beyond it 503 (tailor-shed: connection_limit)
+
+# [tls]                        # serve HTTPS on `listen` (ALPN h2 and http/1.1); SIGHUP reloads the files
+# cert_file = "sidecar.pem"    # certificate chain, PEM, this proxy's certificate first; relative to this file
+# key_file = "sidecar.key"     # its private key, PEM
+
+# [upstream_tls]               # call the service over TLS
+# ca_file = "ca.pem"           # the CA(s) that sign the service's certificate
+# server_name = "svc.internal" # the name its certificate must carry (and SNI); default: its IP address
+# cert_file = "client.pem"     # optional client certificate and key (mTLS)
+# key_file = "client.key"
 
 # [mac]                        # verify contexts (an unsigned or bad one is re-stamped and counted)
 # key_id = "k1"
@@ -52,12 +63,20 @@ health_interval_ms = 1000
 max_queue = 1024
 grpc_timeout = true            # gRPC requests carry the deadline as grpc-timeout
 drain_timeout_ms = 10000
-upstream_timeout_ms = 30000    # bounds as in `tailor proxy example sidecar`
+
+[limits]                       # bounds as in `tailor proxy example sidecar`
+upstream_timeout_ms = 30000
 header_read_timeout_ms = 10000
 body_read_timeout_ms = 30000
 max_header_bytes = 65536
 max_body_bytes = 8388608
 max_connections = 10000
+
+# [tls]                        # HTTPS for clients, as in `tailor proxy example sidecar`
+# cert_file = "edge.pem"
+# key_file = "edge.key"
+# [upstream_tls]               # every route's upstreams over TLS
+# ca_file = "ca.pem"
 
 # [mac]
 # key_id = "k1"
@@ -97,11 +116,10 @@ mod tests {
         let e = Edge::check(f, e).unwrap();
         assert_eq!(e.config.routes.len(), 2);
         // The example shows the defaults the code uses.
-        let bare: SidecarConfig =
-            parse_str(f, "listen = \"127.0.0.1:1\"\nupstream = \"127.0.0.1:2\"").unwrap();
+        let bare: SidecarConfig = parse_str(f, "listen = \"127.0.0.1:1\"\nupstream = \"127.0.0.1:2\"").unwrap();
         let shown: SidecarConfig = parse_str(f, SIDECAR).unwrap();
-        assert_eq!(bare.limits(), shown.limits());
-        assert_eq!(e.config.limits(), shown.limits());
+        assert_eq!(bare.limits, shown.limits);
+        assert_eq!(e.config.limits, shown.limits);
     }
 
     #[test]
@@ -115,9 +133,17 @@ mod tests {
         let zero: SidecarConfig = parse_str(f, &SIDECAR.replace("# c = 4 ", "c = 0 ")).unwrap();
         let err = Sidecar::check(f, zero).unwrap_err().to_string();
         assert!(err.contains("`c`") && err.contains("at least 1"), "{err}");
-        let small: SidecarConfig = parse_str(f, &SIDECAR.replace("max_header_bytes = 65536", "max_header_bytes = 100")).unwrap();
+        let small: SidecarConfig =
+            parse_str(f, &SIDECAR.replace("max_header_bytes = 65536", "max_header_bytes = 100")).unwrap();
         let err = Sidecar::check(f, small).unwrap_err().to_string();
-        assert!(err.contains("`max_header_bytes`") && err.contains("8192"), "{err}");
+        assert!(err.contains("`limits.max_header_bytes`") && err.contains("8192"), "{err}");
+        // A bound at the top level, where older configs had it: where it goes now.
+        let old = "listen = \"127.0.0.1:1\"\nupstream = \"127.0.0.1:2\"\nmax_body_bytes = 10\n";
+        let err = parse_str::<SidecarConfig>(f, old).unwrap_err().to_string();
+        assert!(err.contains("`max_body_bytes`") && err.contains("move `max_body_bytes` under [limits]"), "{err}");
+        let typo = SIDECAR.replace("max_connections = 10000", "max_conns = 10000");
+        let err = parse_str::<SidecarConfig>(f, &typo).unwrap_err().to_string();
+        assert!(err.contains("max_conns") && err.contains("unknown field"), "{err}");
         let e: EdgeConfig = parse_str(f, &EDGE.replace("upstreams = [\"127.0.0.1:8081\"]", "upstreams = []")).unwrap();
         let err = Edge::check(f, e).unwrap_err().to_string();
         assert!(err.contains("routes[0].upstreams"), "{err}");

@@ -1,4 +1,4 @@
-//! Relaying a request to an upstream over HTTP/1.1 or h2c, within the proxy's bounds (time
+//! Relaying a request to an upstream over HTTP/1.1 or h2c (or either over TLS), within the proxy's bounds (time
 //! to the upstream's response headers, request body size and time), and the responses the
 //! proxy makes itself (shed, upstream failure, refused body) in HTTP and gRPC form.
 
@@ -14,6 +14,7 @@ use http::{HeaderValue, Request, Response, StatusCode, Version};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -21,6 +22,7 @@ use hyper_util::rt::TokioExecutor;
 use crate::config::Limits;
 use crate::gate::ShedReason;
 use crate::headers::{ERROR_HEADER, SHED_HEADER};
+use crate::tls::{self, ClientTls};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Every response body the proxy returns.
@@ -108,6 +110,10 @@ pub enum UpstreamError {
     /// No connection to the upstream (refused, unreachable, connect timeout).
     #[error("cannot connect to the upstream: {0}")]
     Connect(BoxError),
+    /// The TLS handshake with the upstream failed (its certificate not signed by
+    /// `upstream_tls.ca_file`, a wrong name, no TLS at all).
+    #[error("TLS handshake with the upstream failed: {0}")]
+    Tls(String),
     /// No response headers within `upstream_timeout_ms` (a hung upstream).
     #[error("no response from the upstream within upstream_timeout_ms ({0} ms)")]
     Timeout(u128),
@@ -124,6 +130,7 @@ impl UpstreamError {
     pub fn kind(&self) -> &'static str {
         match self {
             UpstreamError::Connect(_) => "upstream_connect",
+            UpstreamError::Tls(_) => "upstream_tls",
             UpstreamError::Timeout(_) => "upstream_timeout",
             UpstreamError::Closed(_) => "upstream_closed",
             UpstreamError::Body(BodyError::TooLarge(_)) => "body_too_large",
@@ -138,7 +145,9 @@ impl UpstreamError {
 
     fn status(&self) -> (StatusCode, u8) {
         match self {
-            UpstreamError::Connect(_) | UpstreamError::Closed(_) => (StatusCode::BAD_GATEWAY, 14),
+            UpstreamError::Connect(_) | UpstreamError::Tls(_) | UpstreamError::Closed(_) => {
+                (StatusCode::BAD_GATEWAY, 14)
+            }
             UpstreamError::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, 4),
             UpstreamError::Body(BodyError::TooLarge(_)) => (StatusCode::PAYLOAD_TOO_LARGE, 8),
             UpstreamError::Body(BodyError::TimedOut(_)) => (StatusCode::REQUEST_TIMEOUT, 4),
@@ -156,7 +165,9 @@ impl UpstreamError {
             }
             source = s.source();
         }
-        if e.is_connect() {
+        if let Some(tls) = tls::find_tls_error(&e) {
+            UpstreamError::Tls(tls)
+        } else if e.is_connect() {
             UpstreamError::Connect(e.into())
         } else {
             UpstreamError::Closed(e.into())
@@ -165,18 +176,53 @@ impl UpstreamError {
 }
 
 /// Pooled connections to upstreams: one client per protocol. A request goes out in the
-/// version it came in (h2c in, h2c out), so gRPC keeps HTTP/2 and its trailers.
+/// version it came in (h2c in, h2c out; h2 over TLS in, h2 out), so gRPC keeps HTTP/2 and
+/// its trailers. Plaintext unless built with [`Upstreams::tls`].
 #[derive(Clone)]
 pub struct Upstreams {
-    h1: Client<HttpConnector, RequestBody>,
-    h2: Client<HttpConnector, RequestBody>,
+    h1: Client<HttpsConnector<HttpConnector>, RequestBody>,
+    h2: Client<HttpsConnector<HttpConnector>, RequestBody>,
+    scheme: &'static str,
 }
 
 impl Default for Upstreams {
     fn default() -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(std::time::Duration::from_secs(2)));
+        Upstreams::build(None)
+    }
+}
+
+/// An HTTP connector with the proxy's socket settings, for upstreams and health checks.
+pub fn http_connector() -> HttpConnector {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(std::time::Duration::from_secs(2)));
+    // The TLS wrapper, not this connector, decides which schemes are allowed.
+    connector.enforce_http(false);
+    connector
+}
+
+/// A connector that speaks TLS to `https://` URIs with `tls` (ALPN `h2` when `h2`; no ALPN
+/// for HTTP/1.1, which a server then assumes) and plaintext to `http://` ones.
+pub fn connector(tls: Option<&ClientTls>, h2: bool) -> HttpsConnector<HttpConnector> {
+    let config = tls.map_or_else(tls::plaintext_only, |t| t.config.clone());
+    let mut builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config((*config).clone()).https_or_http();
+    if let Some(name) = tls.and_then(|t| t.server_name.clone()) {
+        builder = builder.with_server_name_resolver(FixedServerNameResolver::new(name));
+    }
+    if h2 {
+        builder.enable_http2().wrap_connector(http_connector())
+    } else {
+        builder.enable_http1().wrap_connector(http_connector())
+    }
+}
+
+impl Upstreams {
+    /// Clients that call upstreams over TLS with `tls`.
+    pub fn tls(tls: &ClientTls) -> Upstreams {
+        Upstreams::build(Some(tls))
+    }
+
+    fn build(tls: Option<&ClientTls>) -> Upstreams {
         // Without a pool timer hyper-util never closes idle connections: a burst's
         // extra upstream connections would stay open for the life of the proxy.
         let pooled = || {
@@ -184,9 +230,9 @@ impl Default for Upstreams {
             b.pool_idle_timeout(std::time::Duration::from_secs(90)).pool_timer(hyper_util::rt::TokioTimer::new());
             b
         };
-        let h1 = pooled().build(connector.clone());
-        let h2 = pooled().http2_only(true).build(connector);
-        Upstreams { h1, h2 }
+        let h1 = pooled().build(connector(tls, false));
+        let h2 = pooled().http2_only(true).build(connector(tls, true));
+        Upstreams { h1, h2, scheme: if tls.is_some() { "https" } else { "http" } }
     }
 }
 
@@ -202,9 +248,9 @@ impl Upstreams {
         limits: &Limits,
     ) -> Result<Response<Incoming>, UpstreamError> {
         let (parts, body) = req.into_parts();
-        let body = RequestBody::new(body, limits.max_body_bytes, limits.body_read_timeout);
+        let body = RequestBody::new(body, limits.max_body_bytes, limits.body_read_timeout());
         let sent = body.sent.clone();
-        let wait = limits.upstream_timeout;
+        let wait = limits.upstream_timeout();
         let response = self.request(Request::from_parts(parts, body), addr);
         tokio::pin!(response);
         let mut deadline = tokio::time::Instant::now() + wait;
@@ -213,9 +259,7 @@ impl Upstreams {
                 Ok(Ok(response)) => return Ok(response),
                 Ok(Err(e)) => return Err(UpstreamError::classify(e)),
                 Err(_) => match sent.get() {
-                    Some(&at) if at + wait <= Instant::now() => {
-                        return Err(UpstreamError::Timeout(wait.as_millis()))
-                    }
+                    Some(&at) if at + wait <= Instant::now() => return Err(UpstreamError::Timeout(wait.as_millis())),
                     Some(&at) => deadline = (at + wait).into(),
                     None => deadline = tokio::time::Instant::now() + wait,
                 },
@@ -230,7 +274,7 @@ impl Upstreams {
     ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
         let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
         // An address and a path that came parsed from a URI always make a URI.
-        *req.uri_mut() = format!("http://{addr}{path}").parse().expect("http://ip:port/path is a URI");
+        *req.uri_mut() = format!("{}://{addr}{path}", self.scheme).parse().expect("scheme://ip:port/path is a URI");
         if req.version() == Version::HTTP_2 {
             self.h2.request(req).await
         } else {
@@ -252,11 +296,8 @@ pub fn declared_too_large(req: &Request<Incoming>, limits: &Limits, grpc: bool) 
 /// `tailor-error`.
 pub fn failed(grpc: bool, e: &UpstreamError) -> Response<Body> {
     let (status, grpc_status) = e.status();
-    let mut r = if grpc {
-        grpc_trailers_only(grpc_status, &format!("tailor: {e}"))
-    } else {
-        plain(status, format!("{e}\n"))
-    };
+    let mut r =
+        if grpc { grpc_trailers_only(grpc_status, &format!("tailor: {e}")) } else { plain(status, format!("{e}\n")) };
     r.headers_mut().insert(ERROR_HEADER, HeaderValue::from_static(e.kind()));
     r
 }

@@ -7,7 +7,8 @@
 //!   (`gate`, with the adaptive `limit`), sheds what cannot meet its deadline; egress
 //!   listeners carry the context on the service's own calls;
 //! - `serve`: listeners, admin endpoint, SIGHUP reload, SIGTERM drain; `conn`: the
-//!   bounds on client connections (count, header time and size).
+//!   bounds on client connections (count, header time and size); `tls`: rustls from
+//!   certificate files, inbound and towards upstreams.
 //!
 //! How it works and what was measured: `docs/proxy.md`.
 
@@ -22,6 +23,7 @@ pub mod limit;
 pub mod metrics;
 pub mod serve;
 pub mod sidecar;
+pub mod tls;
 
 use std::path::PathBuf;
 

@@ -1,14 +1,16 @@
-//! The proxy's counters and histograms, rendered in the Prometheus text format.
+//! The proxy's counters and histograms, and the registry its admin endpoint (the shared
+//! telemetry crate's) serves.
 //!
-//! Minimal on purpose: the project's shared telemetry crate was not yet available when
-//! this was written; the metric names follow Prometheus conventions so a later switch
-//! keeps dashboards working.
+//! The data path only bumps relaxed atomics; the families are read from them when a
+//! scraper asks (`tailor_telemetry::Scraped`), so metrics take no lock per request.
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 use tailor_core::wire::{WireError, WireStats};
 use tailor_core::Nanos;
+use tailor_telemetry::prometheus_client::registry::{Registry, Unit};
+use tailor_telemetry::{HistogramSnapshot, Scraped};
 
 use crate::forward::UpstreamError;
 use crate::gate::ShedReason;
@@ -32,17 +34,11 @@ impl Histogram {
         self.sum_ns.fetch_add(ns, Relaxed);
     }
 
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        let mut cumulative = 0;
-        for (i, b) in BUCKETS.iter().enumerate() {
-            cumulative += self.counts[i].load(Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cumulative}");
-        }
-        cumulative += self.counts[BUCKETS.len()].load(Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
-        let _ = writeln!(out, "{name}_sum {}", self.sum_ns.load(Relaxed) as f64 / 1e9);
-        let _ = writeln!(out, "{name}_count {cumulative}");
+    /// The buckets (each alone, `+Inf` last) and the sum in seconds.
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let bounds = BUCKETS.iter().copied().chain([f64::INFINITY]);
+        let buckets = bounds.zip(&self.counts).map(|(b, n)| (b, n.load(Relaxed))).collect();
+        HistogramSnapshot { buckets, sum: self.sum_ns.load(Relaxed) as f64 / 1e9 }
     }
 }
 
@@ -64,19 +60,14 @@ pub struct Metrics {
     pub connections_open: AtomicU64,
     /// Connections refused at `max_connections`.
     pub connections_rejected: AtomicU64,
+    /// Connections to a TLS listener whose handshake failed or timed out (no TLS, a bad
+    /// client hello, silence).
+    pub tls_handshake_failures: AtomicU64,
 }
 
 /// Every `tailor-error` kind, as labelled in `tailor_proxy_relay_errors_total`.
-pub const RELAY_ERRORS: [&str; 5] =
-    ["upstream_connect", "upstream_timeout", "upstream_closed", "body_too_large", "body_timeout"];
-
-fn counter(out: &mut String, name: &str, help: &str, value: u64) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
-}
-
-fn gauge(out: &mut String, name: &str, help: &str, value: usize) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
-}
+pub const RELAY_ERRORS: [&str; 6] =
+    ["upstream_connect", "upstream_tls", "upstream_timeout", "upstream_closed", "body_too_large", "body_timeout"];
 
 impl Metrics {
     pub fn shed(&self, reason: ShedReason) {
@@ -108,108 +99,133 @@ impl Metrics {
             }
         }
     }
+}
 
-    /// The Prometheus text exposition; `queue`, `in_flight` and `limit` are read by the caller.
-    pub fn render(&self, queue: usize, in_flight: usize, limit: Option<usize>) -> String {
-        let mut out = String::with_capacity(4096);
-        counter(&mut out, "tailor_proxy_requests_total", "Requests received.", self.requests.load(Relaxed));
-        counter(
-            &mut out,
-            "tailor_proxy_upstream_errors_total",
-            "Requests the upstream failed (connect, reset, timeout).",
-            self.upstream_errors.load(Relaxed),
-        );
-        let _ = writeln!(
-            out,
-            "# HELP tailor_proxy_relay_errors_total Requests not relayed, by tailor-error kind.\n# TYPE tailor_proxy_relay_errors_total counter"
-        );
-        for (i, kind) in RELAY_ERRORS.iter().enumerate() {
-            let _ = writeln!(out, "tailor_proxy_relay_errors_total{{kind=\"{kind}\"}} {}", self.relay_errors[i].load(Relaxed));
-        }
-        gauge(
-            &mut out,
-            "tailor_proxy_connections_open",
-            "Client connections open.",
-            self.connections_open.load(Relaxed) as usize,
-        );
-        counter(
-            &mut out,
-            "tailor_proxy_connections_rejected_total",
+/// What the admin endpoint reads from the running state at each scrape.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GateView {
+    pub queue: usize,
+    pub in_flight: usize,
+    /// The concurrency limit; `None` where there is no gate (an edge without a cap).
+    pub limit: Option<usize>,
+}
+
+/// Labelled counts of `counts` in the order of `labels`.
+fn labelled<const N: usize>(labels: [&'static str; N], counts: &[AtomicU64; N]) -> Vec<(String, f64)> {
+    labels.iter().zip(counts).map(|(l, n)| (l.to_string(), n.load(Relaxed) as f64)).collect()
+}
+
+/// The registry of every proxy family, read from `metrics` and, for the queue, in-flight
+/// and limit gauges, from `gate` (the state as it is at the scrape).
+pub fn registry(metrics: &Arc<Metrics>, gate: impl Fn() -> GateView + Send + Sync + 'static) -> Registry {
+    let gate = Arc::new(gate);
+    let m = metrics.clone();
+    let count = move |read: fn(&Metrics) -> &AtomicU64| {
+        let m = m.clone();
+        move || read(&m).load(Relaxed)
+    };
+    let (m1, m2, m3, m4, m5, m6) =
+        (metrics.clone(), metrics.clone(), metrics.clone(), metrics.clone(), metrics.clone(), metrics.clone());
+    let (g1, g2, g3) = (gate.clone(), gate.clone(), gate);
+    let scraped = Scraped::new()
+        .counter("tailor_proxy_requests", "Requests received.", count(|m| &m.requests))
+        .counter(
+            "tailor_proxy_upstream_errors",
+            "Requests the upstream failed (connect, TLS, reset, timeout).",
+            count(|m| &m.upstream_errors),
+        )
+        .counter_family(
+            "tailor_proxy_relay_errors",
+            "Requests not relayed, by tailor-error kind.",
+            None,
+            "kind",
+            move || labelled(RELAY_ERRORS, &m1.relay_errors),
+        )
+        .gauge("tailor_proxy_connections_open", "Client connections open.", {
+            let read = count(|m| &m.connections_open);
+            move || read() as f64
+        })
+        .counter(
+            "tailor_proxy_connections_rejected",
             "Connections refused at max_connections.",
-            self.connections_rejected.load(Relaxed),
-        );
-        gauge(&mut out, "tailor_proxy_queue_length", "Requests waiting for admission.", queue);
-        gauge(&mut out, "tailor_proxy_in_flight", "Requests inside the upstream.", in_flight);
-        if let Some(limit) = limit {
-            gauge(&mut out, "tailor_proxy_concurrency_limit", "Requests allowed inside the upstream at once.", limit);
-        }
-        let _ = writeln!(
-            out,
-            "# HELP tailor_proxy_shed_total Requests shed, by reason.\n# TYPE tailor_proxy_shed_total counter"
-        );
-        for (i, r) in ShedReason::ALL.iter().enumerate() {
-            let _ =
-                writeln!(out, "tailor_proxy_shed_total{{reason=\"{}\"}} {}", r.as_str(), self.shed[i].load(Relaxed));
-        }
-        counter(
-            &mut out,
-            "tailor_proxy_context_stamped_total",
-            "Requests without a context, stamped here.",
-            self.stamped.load(Relaxed),
-        );
-        counter(
-            &mut out,
-            "tailor_proxy_context_accepted_total",
-            "Requests whose context was decoded.",
-            self.wire.accepted(),
-        );
-        let _ = writeln!(
-            out,
-            "# HELP tailor_proxy_context_errors_total Contexts rejected, by kind.\n# TYPE tailor_proxy_context_errors_total counter"
-        );
-        for (kind, n) in self.wire.rejected() {
-            let _ = writeln!(out, "tailor_proxy_context_errors_total{{kind=\"{kind}\"}} {n}");
-        }
-        let _ = writeln!(
-            out,
-            "# HELP tailor_proxy_context_clamped_total Contexts clamped, by field.\n# TYPE tailor_proxy_context_clamped_total counter"
-        );
-        for (field, n) in self.wire.clamped() {
-            let _ = writeln!(out, "tailor_proxy_context_clamped_total{{field=\"{field}\"}} {n}");
-        }
-        counter(
-            &mut out,
-            "tailor_proxy_mac_failures_total",
+            count(|m| &m.connections_rejected),
+        )
+        .counter(
+            "tailor_proxy_tls_handshake_failures",
+            "Client connections whose TLS handshake failed or timed out.",
+            count(|m| &m.tls_handshake_failures),
+        )
+        .gauge("tailor_proxy_queue_length", "Requests waiting for admission.", move || g1().queue as f64)
+        .gauge("tailor_proxy_in_flight", "Requests inside the upstream.", move || g2().in_flight as f64)
+        .gauge_if(
+            "tailor_proxy_concurrency_limit",
+            "Requests allowed inside the upstream at once (absent without a gate).",
+            move || g3().limit.map(|l| l as f64),
+        )
+        .counter_family("tailor_proxy_shed", "Requests shed, by reason.", None, "reason", move || {
+            ShedReason::ALL
+                .iter()
+                .zip(&m2.shed)
+                .map(|(r, n)| (r.as_str().to_string(), n.load(Relaxed) as f64))
+                .collect()
+        })
+        .counter("tailor_proxy_context_stamped", "Requests without a context, stamped here.", count(|m| &m.stamped))
+        .counter("tailor_proxy_context_accepted", "Requests whose context was decoded.", move || m3.wire.accepted())
+        .counter_family("tailor_proxy_context_errors", "Contexts rejected, by kind.", None, "kind", move || {
+            m4.wire.rejected().into_iter().map(|(k, n)| (k.to_string(), n as f64)).collect()
+        })
+        .counter_family("tailor_proxy_context_clamped", "Contexts clamped, by field.", None, "field", move || {
+            m5.wire.clamped().into_iter().map(|(f, n)| (f.to_string(), n as f64)).collect()
+        })
+        .counter(
+            "tailor_proxy_mac_failures",
             "Contexts that failed the MAC (missing, unknown key, bad tag).",
-            self.mac_failures.load(Relaxed),
-        );
-        self.queue_wait.render(&mut out, "tailor_proxy_queue_wait_seconds", "Time from arrival to admission.");
-        self.upstream_latency.render(
-            &mut out,
-            "tailor_proxy_upstream_latency_seconds",
+            count(|m| &m.mac_failures),
+        )
+        .histogram("tailor_proxy_queue_wait", "Time from arrival to admission.", Some(Unit::Seconds), {
+            let m = m6.clone();
+            move || m.queue_wait.snapshot()
+        })
+        .histogram(
+            "tailor_proxy_upstream_latency",
             "Time from admission to the upstream's response headers.",
+            Some(Unit::Seconds),
+            move || m6.upstream_latency.snapshot(),
         );
-        out
-    }
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(scraped));
+    registry
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn render(metrics: &Arc<Metrics>, view: GateView) -> String {
+        let registry = registry(metrics, move || view);
+        let mut openmetrics = String::new();
+        tailor_telemetry::prometheus_client::encoding::text::encode(&mut openmetrics, &registry).unwrap();
+        tailor_telemetry::exposition::openmetrics_to_text(&openmetrics)
+    }
+
     #[test]
     fn renders_every_family_with_stable_labels() {
-        let m = Metrics::default();
+        let m = Arc::new(Metrics::default());
         m.shed(ShedReason::CannotMeet);
         m.queue_wait.observe(2_000_000);
         m.inbound(Inbound::Rejected(WireError::BadMac));
-        let text = m.render(3, 2, Some(4));
-        assert!(text.contains("tailor_proxy_shed_total{reason=\"cannot_meet\"} 1"));
-        assert!(text.contains("tailor_proxy_shed_total{reason=\"queue_full\"} 0"));
-        assert!(text.contains("tailor_proxy_queue_wait_seconds_bucket{le=\"0.0025\"} 1"));
-        assert!(text.contains("tailor_proxy_queue_wait_seconds_count 1"));
-        assert!(text.contains("tailor_proxy_mac_failures_total 1"));
-        assert!(text.contains("tailor_proxy_queue_length 3"));
-        assert!(text.contains("tailor_proxy_context_errors_total{kind=\"bad_mac\"} 0"));
+        let text = render(&m, GateView { queue: 3, in_flight: 2, limit: Some(4) });
+        assert!(text.contains("tailor_proxy_shed_total{reason=\"cannot_meet\"} 1\n"), "{text}");
+        assert!(text.contains("tailor_proxy_shed_total{reason=\"queue_full\"} 0\n"));
+        assert!(text.contains("tailor_proxy_queue_wait_seconds_bucket{le=\"0.0025\"} 1\n"));
+        assert!(text.contains("tailor_proxy_queue_wait_seconds_bucket{le=\"+Inf\"} 1\n"));
+        assert!(text.contains("tailor_proxy_queue_wait_seconds_count 1\n"));
+        assert!(text.contains("# TYPE tailor_proxy_mac_failures_total counter\ntailor_proxy_mac_failures_total 1\n"));
+        assert!(text.contains("tailor_proxy_queue_length 3\n"));
+        assert!(text.contains("tailor_proxy_concurrency_limit 4\n"));
+        assert!(text.contains("tailor_proxy_context_errors_total{kind=\"bad_mac\"} 0\n"));
+        assert!(text.contains("tailor_proxy_relay_errors_total{kind=\"upstream_tls\"} 0\n"));
+        let edge = render(&m, GateView { queue: 0, in_flight: 0, limit: None });
+        assert!(!edge.contains("tailor_proxy_concurrency_limit"), "{edge}");
     }
 }

@@ -15,11 +15,13 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tailor_telemetry::{AdminHandle, AdminServer, Readiness};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{watch, Semaphore};
@@ -27,30 +29,12 @@ use tokio::sync::{watch, Semaphore};
 use crate::config::{Edge, Limits, Sidecar};
 use crate::conn;
 use crate::edge::{self, EdgeState};
-use crate::forward::{plain, text, Body};
-use crate::metrics::Metrics;
+use crate::forward::Body;
+use crate::metrics::{self, GateView, Metrics};
 use crate::sidecar::{self, Shared, SidecarState};
 use crate::ProxyError;
 
 type Handler = Arc<dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> + Send + Sync>;
-
-/// The admin endpoint's answer for `path`; `metrics` renders `/metrics`.
-pub fn admin_response(path: &str, draining: bool, metrics: impl FnOnce() -> String) -> Response<Body> {
-    match path {
-        "/metrics" => {
-            let mut r = Response::new(text(metrics()));
-            r.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-            );
-            r
-        }
-        "/healthz" => plain(StatusCode::OK, "ok\n"),
-        "/readyz" if draining => plain(StatusCode::SERVICE_UNAVAILABLE, "draining\n"),
-        "/readyz" => plain(StatusCode::OK, "ready\n"),
-        _ => plain(StatusCode::NOT_FOUND, "try /metrics, /healthz or /readyz\n"),
-    }
-}
 
 /// Refused connections whose close may wait for the client's request at once.
 const MAX_LINGERING: usize = 256;
@@ -83,31 +67,32 @@ fn refuse(stream: tokio::net::TcpStream, lingering: &Arc<Semaphore>) {
     });
 }
 
+/// Where a TLS listener finds its server config for the next handshake (a reload with
+/// new certificates replaces it; connections already open keep theirs).
+type TlsSource = Arc<dyn Fn() -> Option<Arc<rustls::ServerConfig>> + Send + Sync>;
+
 /// A listener and what serves it.
 struct Listener {
     listener: TcpListener,
     handler: Handler,
-    /// The admin listener: not drained, not counted in `connections_open`.
-    admin: bool,
+    /// Present: the listener speaks TLS.
+    tls: Option<TlsSource>,
 }
 
 /// Accepts on `listener` until `stop` turns true; every connection is watched by `graceful`.
-/// `None`: connections are not drained (the admin listener, which answers until the end).
 /// At most `limits.max_connections` connections are open at once (beyond it a connection
-/// gets 503 and is closed); each must send its first request head within the header
-/// read timeout.
+/// gets 503 and is closed); each must finish its TLS handshake (on a TLS listener) and
+/// then send its first request head, each within the header read timeout.
 async fn accept_loop(
     l: Listener,
     limits: Limits,
     metrics: Arc<Metrics>,
     mut stop: watch::Receiver<bool>,
-    graceful: Option<Arc<GracefulShutdown>>,
+    graceful: Arc<GracefulShutdown>,
 ) {
-    let builder = conn::builder(&limits);
+    let builder = Arc::new(conn::builder(&limits));
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let lingering = Arc::new(Semaphore::new(MAX_LINGERING));
-    // The admin listener's connections are not client load: a separate gauge would be noise.
-    let counted = if l.admin { Arc::new(Metrics::default()) } else { metrics };
     loop {
         let stream = tokio::select! {
             _ = stop.changed() => return,
@@ -122,37 +107,57 @@ async fn accept_loop(
             },
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
-            counted.connections_rejected.fetch_add(1, Relaxed);
+            metrics.connections_rejected.fetch_add(1, Relaxed);
             refuse(stream, &lingering);
             continue;
         };
-        let open = conn::Open::new(counted.clone(), permit);
+        let open = conn::Open::new(metrics.clone(), permit);
         let _ = stream.set_nodelay(true);
-        let served = Arc::new(AtomicBool::new(false));
-        let io = TokioIo::new(conn::FirstRequestDeadline::new(stream, &limits, served.clone()));
-        let handler = l.handler.clone();
-        let service = service_fn(move |req| {
-            served.store(true, Relaxed);
-            let fut = handler(req);
-            async move { Ok::<_, Infallible>(fut.await) }
+        // Taken now, so a drain that starts during the handshake still waits for it.
+        let watcher = graceful.watcher();
+        let tls = l.tls.as_ref().and_then(|source| source());
+        let (builder, handler, metrics) = (builder.clone(), l.handler.clone(), metrics.clone());
+        tokio::spawn(async move {
+            match tls {
+                None => serve_connection(&builder, stream, &limits, handler, watcher).await,
+                Some(config) => {
+                    let handshake = tokio_rustls::TlsAcceptor::from(config).accept(stream);
+                    match tokio::time::timeout(limits.header_read_timeout(), handshake).await {
+                        Ok(Ok(stream)) => serve_connection(&builder, stream, &limits, handler, watcher).await,
+                        Ok(Err(e)) => {
+                            metrics.tls_handshake_failures.fetch_add(1, Relaxed);
+                            tracing::debug!(error = %e, "TLS handshake failed");
+                        }
+                        Err(_) => {
+                            metrics.tls_handshake_failures.fetch_add(1, Relaxed);
+                            tracing::debug!("no TLS handshake within header_read_timeout_ms");
+                        }
+                    }
+                }
+            }
+            drop(open);
         });
-        let conn = builder.serve_connection(io, service).into_owned();
-        match &graceful {
-            Some(g) => {
-                let watched = g.watch(conn);
-                tokio::spawn(async move {
-                    let _ = watched.await;
-                    drop(open);
-                });
-            }
-            None => {
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                    drop(open);
-                });
-            }
-        }
     }
+}
+
+/// Serves one client connection (plain or TLS) until it ends; `watcher` drains it.
+async fn serve_connection<S>(
+    builder: &auto::Builder<TokioExecutor>,
+    stream: S,
+    limits: &Limits,
+    handler: Handler,
+    watcher: Watcher,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let served = Arc::new(AtomicBool::new(false));
+    let io = TokioIo::new(conn::FirstRequestDeadline::new(stream, limits, served.clone()));
+    let service = service_fn(move |req| {
+        served.store(true, Relaxed);
+        let fut = handler(req);
+        async move { Ok::<_, Infallible>(fut.await) }
+    });
+    let _ = watcher.watch(builder.serve_connection(io, service).into_owned()).await;
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, ProxyError> {
@@ -169,15 +174,47 @@ fn reader<T: Send + Sync + 'static>(
     move || state.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-/// The admin listener's handler: `answer(path, draining)`.
-fn admin_handler(
+/// Starts the admin endpoint (the telemetry crate's: `/metrics`, `/healthz`, `/readyz`)
+/// on `addr`, if one is configured; `gate` reads the running state at each scrape;
+/// `/readyz` answers 503 once `draining` is set. It serves until the handle is dropped,
+/// after the drain.
+async fn start_admin(
+    addr: Option<SocketAddr>,
+    metrics: &Arc<Metrics>,
+    gate: impl Fn() -> GateView + Send + Sync + 'static,
     draining: &Arc<AtomicBool>,
-    answer: impl Fn(&str, bool) -> Response<Body> + Send + Sync + 'static,
-) -> Handler {
+) -> Result<Option<AdminHandle>, ProxyError> {
+    let Some(addr) = addr else { return Ok(None) };
     let draining = draining.clone();
-    Arc::new(move |req| {
-        let r = answer(req.uri().path(), draining.load(Relaxed));
-        Box::pin(async move { r })
+    AdminServer::new(Arc::new(metrics::registry(metrics, gate)))
+        .readiness(Readiness::from_fn(move || !draining.load(Relaxed)))
+        .start(addr)
+        .await
+        .map(Some)
+        .map_err(|e| ProxyError::Io { what: format!("binding the admin listener on {addr}"), source: e })
+}
+
+/// The TLS source of a listener that speaks TLS (`enabled`), reading the current state.
+fn tls_source(
+    enabled: bool,
+    current: impl Fn() -> Option<Arc<rustls::ServerConfig>> + Send + Sync + 'static,
+) -> Option<TlsSource> {
+    enabled.then(|| Arc::new(current) as TlsSource)
+}
+
+/// A reload may change certificates, not whether the listener speaks TLS: clients would
+/// break mid-flight, so that needs a restart (the running config is kept).
+fn same_tls_mode(path: &std::path::Path, running: bool, reloaded: bool) -> Result<(), ProxyError> {
+    if running == reloaded {
+        return Ok(());
+    }
+    let change = if reloaded { "adding" } else { "removing" };
+    Err(ProxyError::Config {
+        file: path.to_path_buf(),
+        field: "tls".into(),
+        problem: format!(
+            "{change} [tls] changes the listener's protocol and needs a restart; certificates reload on SIGHUP"
+        ),
     })
 }
 
@@ -194,21 +231,24 @@ pub async fn run_sidecar(path: PathBuf) -> Result<(), ProxyError> {
         let (current, shared) = (current.clone(), shared.clone());
         Arc::new(move |req| Box::pin(sidecar::inbound(current(), shared.clone(), req)))
     };
-    listeners.push(Listener { listener: bind(config.listen, "inbound").await?, handler: inbound, admin: false });
+    let tls = tls_source(s.loaded.tls.server.is_some(), {
+        let current = current.clone();
+        move || current().loaded.tls.server.clone()
+    });
+    listeners.push(Listener { listener: bind(config.listen, "inbound").await?, handler: inbound, tls });
     for egress in &config.egress {
         let upstream = egress.upstream;
         let (current, shared) = (current.clone(), shared.clone());
         let handler: Handler = Arc::new(move |req| Box::pin(sidecar::egress(current(), shared.clone(), upstream, req)));
-        listeners.push(Listener { listener: bind(egress.listen, "egress").await?, handler, admin: false });
+        listeners.push(Listener { listener: bind(egress.listen, "egress").await?, handler, tls: None });
     }
     let draining = Arc::new(AtomicBool::new(false));
-    if let Some(addr) = config.admin {
-        let (current, shared) = (current.clone(), shared.clone());
-        let handler =
-            admin_handler(&draining, move |path, draining| sidecar::admin(&current(), &shared, path, draining));
-        listeners.push(Listener { listener: bind(addr, "admin").await?, handler, admin: true });
-    }
-    let limits = config.limits();
+    let view = {
+        let current = current.clone();
+        move || sidecar::gate_view(&current())
+    };
+    let admin = start_admin(config.admin, &shared.metrics, view, &draining).await?;
+    let limits = config.limits;
     tracing::info!(listen = %config.listen, upstream = %config.upstream, order = ?config.order, c = ?config.c, "sidecar ready");
     drop(s);
     let reload = {
@@ -216,6 +256,7 @@ pub async fn run_sidecar(path: PathBuf) -> Result<(), ProxyError> {
         move || -> Result<(), ProxyError> {
             let loaded = Sidecar::load(&path)?;
             let mut slot = state.write().unwrap_or_else(|p| p.into_inner());
+            same_tls_mode(&path, slot.loaded.tls.server.is_some(), loaded.tls.server.is_some())?;
             if loaded.config.listen != slot.loaded.config.listen || loaded.config.admin != slot.loaded.config.admin {
                 tracing::warn!("listen and admin addresses change only on restart; the rest is reloaded");
             }
@@ -225,7 +266,10 @@ pub async fn run_sidecar(path: PathBuf) -> Result<(), ProxyError> {
         }
     };
     let drain_ms = move || current().loaded.config.drain_timeout_ms;
-    supervise(listeners, limits, shared.metrics.clone(), draining, reload, drain_ms).await
+    let served = supervise(listeners, limits, shared.metrics.clone(), draining, reload, drain_ms).await;
+    // The admin endpoint answers (`/readyz`: draining) until the drain is over.
+    drop(admin);
+    served
 }
 
 /// Runs the edge of the config file `path` until SIGTERM/SIGINT.
@@ -243,20 +287,26 @@ pub async fn run_edge(path: PathBuf) -> Result<(), ProxyError> {
         let (current, shared) = (current.clone(), shared.clone());
         Arc::new(move |req| Box::pin(edge::handle(current(), shared.clone(), req)))
     };
-    listeners.push(Listener { listener: bind(config.listen, "edge").await?, handler: main, admin: false });
+    let tls = tls_source(s.loaded.tls.server.is_some(), {
+        let current = current.clone();
+        move || current().loaded.tls.server.clone()
+    });
+    listeners.push(Listener { listener: bind(config.listen, "edge").await?, handler: main, tls });
     let draining = Arc::new(AtomicBool::new(false));
-    if let Some(addr) = config.admin {
-        let (current, shared) = (current.clone(), shared.clone());
-        let handler = admin_handler(&draining, move |path, draining| edge::admin(&current(), &shared, path, draining));
-        listeners.push(Listener { listener: bind(addr, "admin").await?, handler, admin: true });
-    }
-    let limits = config.limits();
+    let view = {
+        let current = current.clone();
+        move || edge::gate_view(&current())
+    };
+    let admin = start_admin(config.admin, &shared.metrics, view, &draining).await?;
+    let limits = config.limits;
     tracing::info!(listen = %config.listen, routes = config.routes.len(), "edge ready");
     drop(s);
     let reload = {
         let state = state.clone();
         move || -> Result<(), ProxyError> {
             let loaded = Edge::load(&path)?;
+            let running = state.read().unwrap_or_else(|p| p.into_inner()).loaded.tls.server.is_some();
+            same_tls_mode(&path, running, loaded.tls.server.is_some())?;
             let next = EdgeState::new(loaded);
             tokio::spawn(edge::health_checks(Arc::downgrade(&next)));
             *state.write().unwrap_or_else(|p| p.into_inner()) = next;
@@ -264,7 +314,10 @@ pub async fn run_edge(path: PathBuf) -> Result<(), ProxyError> {
         }
     };
     let drain_ms = move || current().loaded.config.drain_timeout_ms;
-    supervise(listeners, limits, shared.metrics.clone(), draining, reload, drain_ms).await
+    let served = supervise(listeners, limits, shared.metrics.clone(), draining, reload, drain_ms).await;
+    // The admin endpoint answers (`/readyz`: draining) until the drain is over.
+    drop(admin);
+    served
 }
 
 /// Serves `listeners`; reloads on SIGHUP (a bad config is reported and the old one kept);
@@ -284,16 +337,9 @@ async fn supervise(
         (sig(SignalKind::hangup())?, sig(SignalKind::terminate())?, sig(SignalKind::interrupt())?);
     let graceful = Arc::new(GracefulShutdown::new());
     let (stop_tx, stop_rx) = watch::channel(false);
-    let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
     let mut loops = Vec::new();
     for l in listeners {
-        if l.admin {
-            // Keeps answering during the drain: /readyz says so.
-            tokio::spawn(accept_loop(l, limits, metrics.clone(), admin_stop_rx.clone(), None));
-        } else {
-            let stop = stop_rx.clone();
-            loops.push(tokio::spawn(accept_loop(l, limits, metrics.clone(), stop, Some(graceful.clone()))));
-        }
+        loops.push(tokio::spawn(accept_loop(l, limits, metrics.clone(), stop_rx.clone(), graceful.clone())));
     }
     tracing::info!("serving; SIGHUP reloads, SIGTERM drains");
     loop {
@@ -320,7 +366,6 @@ async fn supervise(
         }
     })
     .await;
-    let _ = admin_stop_tx.send(true);
     if drained.is_err() {
         tracing::warn!(timeout_ms = timeout.as_millis() as u64, "drain timed out; exiting");
     } else {

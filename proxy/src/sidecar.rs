@@ -17,12 +17,15 @@ use crate::config::Sidecar;
 use crate::forward::{declared_too_large, failed, guarded, shed_response, Body, Upstreams};
 use crate::gate::{Gate, GateConfig, Ticket};
 use crate::headers::{self, Inbound, Trust};
-use crate::metrics::Metrics;
+use crate::metrics::{GateView, Metrics};
 
 /// One loaded configuration's worth of sidecar: replaced whole on reload.
 pub struct SidecarState {
     pub loaded: Sidecar,
     pub gate: Arc<Gate>,
+    /// Clients that reach the service over TLS (`[upstream_tls]`); rebuilt on reload, so
+    /// new certificates take effect on new upstream connections.
+    pub upstream_tls: Option<Upstreams>,
 }
 
 /// What outlives reloads: metrics, the upstream connection pools, the requests inside.
@@ -128,7 +131,8 @@ impl SidecarState {
             Some(p) if gate_config(&p.loaded) == config => p.gate.clone(),
             _ => Gate::new(config),
         };
-        SidecarState { loaded, gate }
+        let upstream_tls = loaded.tls.upstream.as_ref().map(Upstreams::tls);
+        SidecarState { loaded, gate, upstream_tls }
     }
 }
 
@@ -151,7 +155,7 @@ pub async fn inbound(state: Arc<SidecarState>, shared: Shared, mut req: Request<
         tracing::debug!(kind = e.kind(), "context rejected; request stamped as new");
     }
     let grpc = headers::is_grpc(req.headers());
-    let limits = config.limits();
+    let limits = config.limits;
     if let Some(refused) = declared_too_large(&req, &limits, grpc) {
         return refused;
     }
@@ -179,7 +183,8 @@ pub async fn inbound(state: Arc<SidecarState>, shared: Shared, mut req: Request<
     let key = (ctx.gat, ctx.hop as u32);
     // Dropped with this future if the client goes away before the upstream answers.
     let held = shared.inside.enter(key, ticket, admitted);
-    match shared.upstreams.relay(req, config.upstream, &limits).await {
+    let upstreams = state.upstream_tls.as_ref().unwrap_or(&shared.upstreams);
+    match upstreams.relay(req, config.upstream, &limits).await {
         Ok(response) => {
             metrics.upstream_latency.observe(monotonic_ns() - admitted);
             guarded(response, move |_| held.release(true))
@@ -215,7 +220,7 @@ pub async fn egress(
     }
     let grpc = headers::is_grpc(req.headers());
     headers::remove_hop_by_hop(req.headers_mut());
-    match shared.upstreams.relay(req, upstream, &config.limits()).await {
+    match shared.upstreams.relay(req, upstream, &config.limits).await {
         Ok(response) => {
             response.map(|b| http_body_util::BodyExt::boxed_unsync(http_body_util::BodyExt::map_err(b, Into::into)))
         }
@@ -226,12 +231,10 @@ pub async fn egress(
     }
 }
 
-/// `/metrics`, `/healthz`, `/readyz` of a sidecar.
-pub fn admin(state: &SidecarState, shared: &Shared, path: &str, draining: bool) -> Response<Body> {
-    crate::serve::admin_response(path, draining, || {
-        let (queue, in_flight, limit) = state.gate.snapshot();
-        shared.metrics.render(queue, in_flight, Some(limit))
-    })
+/// What the admin endpoint shows of the sidecar now: its gate.
+pub fn gate_view(state: &SidecarState) -> GateView {
+    let (queue, in_flight, limit) = state.gate.snapshot();
+    GateView { queue, in_flight, limit: Some(limit) }
 }
 
 #[cfg(test)]

@@ -25,4 +25,4 @@ pub use logging::{init_tracing, take_log_flags, LogFormat, LoggingError};
 /// The exposition library this crate serves, re-exported so every crate registers
 /// metrics with the same version.
 pub use prometheus_client;
-pub use scraped::Scraped;
+pub use scraped::{HistogramSnapshot, Scraped};

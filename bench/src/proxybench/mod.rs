@@ -101,6 +101,8 @@ impl Processes {
     ) -> Result<u32, String> {
         let file = std::fs::File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
         let err = file.try_clone().map_err(|e| e.to_string())?;
+        // Like every member: stopped with the benchmark even when a signal kills it.
+        crate::polyglot::die_with_parent(&mut cmd);
         let child = cmd
             .stdin(Stdio::null())
             .stdout(file)
