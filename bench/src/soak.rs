@@ -113,7 +113,20 @@ pub struct Trend {
     /// Slope × the fitted span: how much the series grew over the run by the fit.
     pub fitted_change: f64,
     pub bound: f64,
+    /// Slope over the second half of the fitted span: what the series does at the end.
+    pub late_slope_per_min: f64,
+    /// The fitted change exceeds the bound and the second half still rises at a rate that
+    /// would: growth that goes on. A step that then holds (the allocator keeping what a
+    /// stall's burst of connections took) exceeds the first test only, and is reported as
+    /// such (`step`), not as growth.
     pub grows: bool,
+}
+
+impl Trend {
+    /// Grew past the bound at some point but no longer rises: bounded.
+    pub fn stepped(&self) -> bool {
+        self.fitted_change > self.bound && !self.grows
+    }
 }
 
 /// A finished soak.
@@ -126,6 +139,8 @@ pub struct SoakReport {
     pub fit_from_min: f64,
     pub trends: Vec<Trend>,
     pub windows: Vec<Window>,
+    /// The samples the trends were fitted to.
+    pub series: BTreeMap<String, Series>,
 }
 
 impl SoakReport {
@@ -138,6 +153,8 @@ impl SoakReport {
                     s.points.last().map_or(0.0, |p| p.0) - fit_from_min.min(s.points.last().map_or(0.0, |p| p.0));
                 let fitted_change = slope * span.max(0.0);
                 let bound = growth_bound(name, s.mean());
+                let late_from = s.points.last().map_or(0.0, |p| p.0) - span.max(0.0) / 2.0;
+                let late_slope = s.slope_per_min(late_from).unwrap_or(slope);
                 Trend {
                     name: name.clone(),
                     first: s.first(),
@@ -146,11 +163,46 @@ impl SoakReport {
                     slope_per_min: slope,
                     fitted_change,
                     bound,
-                    grows: fitted_change > bound,
+                    late_slope_per_min: late_slope,
+                    grows: fitted_change > bound && late_slope * span.max(0.0) > bound,
                 }
             })
             .collect();
-        SoakReport { what, minutes, sample_every_s: every.as_secs_f64(), fit_from_min, trends, windows: Vec::new() }
+        SoakReport {
+            what,
+            minutes,
+            sample_every_s: every.as_secs_f64(),
+            fit_from_min,
+            trends,
+            windows: Vec::new(),
+            series: series.clone(),
+        }
+    }
+
+    /// Every sample: one row per sampling instant (minutes since the start), one column per
+    /// series, so a growth verdict can be looked at in the run's own numbers.
+    pub fn samples_csv(&self) -> String {
+        let names: Vec<&String> = self.series.keys().collect();
+        let mut out = String::from("minutes");
+        for n in &names {
+            let _ = write!(out, ",{n}");
+        }
+        out.push('\n');
+        let rows = self.series.values().map(|s| s.points.len()).max().unwrap_or(0);
+        for i in 0..rows {
+            let t = self.series.values().find_map(|s| s.points.get(i)).map_or(0.0, |p| p.0);
+            let _ = write!(out, "{t:.3}");
+            for n in &names {
+                match self.series[*n].points.get(i) {
+                    Some(p) => {
+                        let _ = write!(out, ",{}", p.1);
+                    }
+                    None => out.push(','),
+                }
+            }
+            out.push('\n');
+        }
+        out
     }
 
     /// Series that grew beyond their bound.
@@ -162,13 +214,13 @@ impl SoakReport {
     pub fn markdown(&self) -> String {
         let mut s = format!(
             "{}: {:.1} min, sampled every {:.0} s, slopes fitted from minute {:.0}\n\n\
-             | series | first | last | max | slope / min | fitted change | bound | growth? |\n|---|---:|---:|---:|---:|---:|---:|---|\n",
+             | series | first | last | max | slope / min | fitted change | bound | slope / min, 2nd half | growth? |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n",
             self.what, self.minutes, self.sample_every_s, self.fit_from_min
         );
         for t in &self.trends {
             let _ = writeln!(
                 s,
-                "| {} | {:.0} | {:.0} | {:.0} | {:+.3} | {:+.1} | {:.0} | {} |",
+                "| {} | {:.0} | {:.0} | {:.0} | {:+.3} | {:+.1} | {:.0} | {:+.3} | {} |",
                 t.name,
                 t.first,
                 t.last,
@@ -176,7 +228,14 @@ impl SoakReport {
                 t.slope_per_min,
                 t.fitted_change,
                 t.bound,
-                if t.grows { "**GROWS**" } else { "flat" }
+                t.late_slope_per_min,
+                if t.grows {
+                    "**GROWS**"
+                } else if t.stepped() {
+                    "step, then flat"
+                } else {
+                    "flat"
+                }
             );
         }
         s.push_str("\n| window (min) | requests | errors | p50 ms | p99 ms |\n|---:|---:|---:|---:|---:|\n");
@@ -232,6 +291,11 @@ impl Sampler {
             })
             .expect("spawn the sampler thread");
         Sampler { stop, series, thread: Some(thread) }
+    }
+
+    /// The latest sample of `name`, if any.
+    fn latest(&self, name: &str) -> Option<f64> {
+        self.series.lock().expect("series poisoned").get(name).and_then(|s| s.points.last()).map(|p| p.1)
     }
 
     fn finish(mut self) -> BTreeMap<String, Series> {
@@ -469,12 +533,15 @@ pub fn run_fanout(s: &FanoutSoak, mut say: impl FnMut(&str)) -> Result<SoakRepor
                 p99_ms: quantile_ms(&mut all, 0.99),
             };
             say(&format!(
-                "  window {}: {} queries, {} errors, {} rejected, p99 {:.2} ms, worst group p99/SLO {worst:.2}",
+                "  window {}: {} queries, {} errors, {} rejected, p99 {:.2} ms, worst group p99/SLO {worst:.2}; \
+                 RSS {:.1} MB, {} fds",
                 i + 1,
                 w.requests,
                 w.errors,
                 r.rejected(),
-                w.p99_ms
+                w.p99_ms,
+                sampler.latest("process.rss_kb").unwrap_or(0.0) / 1024.0,
+                sampler.latest("process.fds").unwrap_or(0.0)
             ));
             windows.push(w);
         }
@@ -502,6 +569,29 @@ mod tests {
         let r = SoakReport::new("t".into(), 10.0, Duration::from_secs(5), 0.0, &m);
         assert_eq!(r.growing().len(), 1);
         assert_eq!(r.growing()[0].name, "x.fds");
+        let csv = r.samples_csv();
+        assert_eq!(csv.lines().next(), Some("minutes,x.fds,y.fds"));
+        assert_eq!(csv.lines().count(), 21);
+        assert_eq!(csv.lines().nth(2), Some("0.500,101.5,8"));
+    }
+
+    #[test]
+    fn a_step_that_then_holds_is_not_growth_and_a_late_leak_is() {
+        // 20 MB taken at minute 4 (a stall's connections) and kept: bounded.
+        let step =
+            Series { points: (0..60).map(|i| (i as f64 * 0.5, if i < 8 { 7_000.0 } else { 27_000.0 })).collect() };
+        // Flat for the first half, then 2 MB a minute: unbounded.
+        let late = Series {
+            points: (0..60).map(|i| (i as f64 * 0.5, 7_000.0 + (i as f64 * 0.5 - 15.0).max(0.0) * 2_000.0)).collect(),
+        };
+        let mut m = BTreeMap::new();
+        m.insert("step.rss_kb".to_string(), step);
+        m.insert("late.rss_kb".to_string(), late);
+        let r = SoakReport::new("t".into(), 30.0, Duration::from_secs(30), 1.0, &m);
+        let trend = |n: &str| r.trends.iter().find(|t| t.name == n).unwrap().clone();
+        assert!(trend("step.rss_kb").stepped() && !trend("step.rss_kb").grows, "{:?}", trend("step.rss_kb"));
+        assert!(trend("late.rss_kb").grows, "{:?}", trend("late.rss_kb"));
+        assert!(r.markdown().contains("step, then flat"));
     }
 
     #[test]

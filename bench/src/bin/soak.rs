@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! soak chain  [--minutes 30] [--rho 0.8] [--tiers 3] [--mean-ms 1] [--workload exp] [--out DIR]
-//! soak fanout [--minutes 30] [--config fanout/configs/exp-two-class.toml] [--scheme tf-edfq] [--load 0.2]
+//! soak fanout [--minutes 30] [--config fanout/configs/exp-two-class.toml] [--scheme tf-edfq] [--load 0.2] [--out DIR]
 //! common:     [--window-s 60] [--sample-s 5] [--seed 1]
 //! ```
 //!
@@ -86,6 +86,9 @@ struct FanoutArgs {
     /// Load as a fraction of the task servers' capacity.
     #[arg(long, default_value_t = 0.2)]
     load: f64,
+    /// Where the report and every sample go (`report.md`, `samples.csv`).
+    #[arg(long, default_value = "target/tailor-soak/fanout")]
+    out: PathBuf,
 }
 
 #[derive(Args)]
@@ -156,8 +159,15 @@ impl Timing {
     }
 }
 
-fn finish(report: &SoakReport) -> Result<(), String> {
+fn finish(report: &SoakReport, out: &std::path::Path) -> Result<(), String> {
     println!("\n{}", report.markdown());
+    std::fs::create_dir_all(out)
+        .map_err(|e| format!("{}: {e}. Fix: give --out a writable directory", out.display()))?;
+    for (file, text) in [("report.md", report.markdown()), ("samples.csv", report.samples_csv())] {
+        let path = out.join(file);
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    println!("report and samples in {}", out.display());
     let growing = report.growing();
     if growing.is_empty() {
         println!("no series grew beyond its bound");
@@ -179,17 +189,17 @@ fn chain(a: ChainArgs) -> Result<(), String> {
         mean_ms: a.mean_ms,
         workload: a.workload,
         seed: a.seed,
-        out: a.out,
+        out: a.out.clone(),
         timing: a.timing.soak(),
     };
     let report = soak::run_chain(&s, |l| println!("{l}")).map_err(|e| e.to_string())?;
-    finish(&report)
+    finish(&report, &a.out)
 }
 
 fn fanout(a: FanoutArgs) -> Result<(), String> {
     let s = FanoutSoak { config: a.config, scheme: a.scheme, load: a.load, timing: a.timing.soak() };
     let report = soak::run_fanout(&s, |l| println!("{l}")).map_err(|e| e.to_string())?;
-    finish(&report)
+    finish(&report, &a.out)
 }
 
 /// One tier of the chain (the demo's `tailor demo tier`).
