@@ -17,6 +17,7 @@ use tailor_core::{Nanos, PolicySpec, Progress, Rng};
 use tailor_runtime::{BackendSpec, Park};
 use tailor_sim::plot::{line_plot_styled, Line, Series};
 use tailor_sim::report::table;
+use tailor_sim::scenario::{AdmitOrder, AdmitSpec};
 
 use crate::chain::{has_cap_sys_nice, stop_child, Chain, ChainSpec};
 use crate::cpuacct::{self, CpuUsage};
@@ -173,8 +174,12 @@ impl DemoConfig {
         let linux = PolicySpec::Fair { min_granularity_ms: linux_slice_ms, latency_ms: linux_slice_ms };
         match mode {
             Mode::Linux => ModeModel { host_policy: linux, admit: None },
-            Mode::Fifo => ModeModel { host_policy: linux, admit: Some(("fifo", self.cores)) },
-            Mode::OrfCoop => ModeModel { host_policy: linux, admit: Some(("gfifo", self.orf_c)) },
+            Mode::Fifo => {
+                ModeModel { host_policy: linux, admit: Some(AdmitSpec { kind: AdmitOrder::Fifo, c: self.cores }) }
+            }
+            Mode::OrfCoop => {
+                ModeModel { host_policy: linux, admit: Some(AdmitSpec { kind: AdmitOrder::Gfifo, c: self.orf_c }) }
+            }
             Mode::Rr => ModeModel { host_policy: PolicySpec::Rr { slice_us: self.slice_us }, admit: None },
             Mode::OrfBand | Mode::OrfParkIdle => {
                 ModeModel { host_policy: PolicySpec::Orf { c: self.orf_c, slice_us: self.slice_us }, admit: None }
@@ -685,7 +690,10 @@ fn finish_run(
             format!("runs/{stem}.toml"),
         ],
     };
-    write_file(&runs_dir.join(format!("{stem}.toml")), &predict::scenario_toml(&spec))?;
+    // The predicted scenario as a file `tailor sim` runs, for a user to vary.
+    if let Some(toml) = predict::scenario(&spec).ok().and_then(|l| l.scenario.to_toml().ok()) {
+        write_file(&runs_dir.join(format!("{stem}.toml")), &toml)?;
+    }
     write_file(&runs_dir.join(format!("{stem}.json")), &serde_json::to_string_pretty(&result).expect("serializes"))?;
     result.files.sort();
     Ok(result)
@@ -910,13 +918,13 @@ mod tests {
             assert_eq!(cfg.model(mode).host_policy, PolicySpec::Orf { c: 2, slice_us: 500.0 });
         }
         assert_eq!(cfg.model(Mode::Rr).host_policy, PolicySpec::Rr { slice_us: 500.0 });
-        assert_eq!(cfg.model(Mode::OrfCoop).admit, Some(("gfifo", 2)));
-        assert_eq!(cfg.model(Mode::Fifo).admit, Some(("fifo", 2)));
+        assert_eq!(cfg.model(Mode::OrfCoop).admit, Some(AdmitSpec { kind: AdmitOrder::Gfifo, c: 2 }));
+        assert_eq!(cfg.model(Mode::Fifo).admit, Some(AdmitSpec { kind: AdmitOrder::Fifo, c: 2 }));
         // The cooperative gates are the backends those modes run.
         let table = Path::new("/dev/shm/unused");
         for mode in [Mode::OrfCoop, Mode::Fifo] {
             let BackendSpec::Cooperative { policy, c } = cfg.backend(mode, table) else { panic!("{mode:?}") };
-            assert_eq!(cfg.model(mode).admit, Some((policy.name(), c)), "{mode:?}");
+            assert_eq!(cfg.model(mode).admit.map(|a| (a.kind.policy(), a.c)), Some((policy, c)), "{mode:?}");
         }
     }
 

@@ -11,7 +11,7 @@
 //! drives it open-loop for `warmup + measure`, and passes if every
 //! (class, fan-out) group's p-quantile is within its class SLO. Max load is a
 //! bisection on load, as `tailor sim`'s `[search]`. The simulator then runs
-//! the same configuration (`tailor_sim`: [`Scenario::from_toml`] + `max_load`).
+//! the same configuration (`tailor_sim`: [`Scenario::builder`] + `max_load`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,7 +25,10 @@ use tailor_core::tailguard::{AdmissionWindow, BudgetSplit, SharedCdf, SloClass};
 use tailor_core::time::{from_millis_f64, Nanos};
 use tailor_core::Progress;
 use tailor_sim::model::{LoadOverride, Model, Overrides};
-use tailor_sim::scenario::Scenario;
+use tailor_sim::scenario::{
+    AdmissionSpec, ClassSpec, DeadlineMode, FanoutSpec, LoadSpec, LoadedScenario, Returns, Scenario, SearchSpec,
+    ServiceSpec, StageSpec,
+};
 
 use crate::handler::{AdmissionConfig, Handler, HandlerConfig, Overhead, Queuing, Scheme};
 use crate::judge::{self, GroupJudgement, Verdict};
@@ -865,11 +868,11 @@ pub fn quantile_table_ms(h: &LatencyHistogram) -> String {
         .collect()
 }
 
-/// A generated simulator scenario; the hop-delay table it names (if any) is a
-/// temporary file, removed when this is dropped (the simulator reads it while it
-/// loads the scenario).
+/// A simulator scenario built from a config; the hop-delay table it names (if
+/// any) is a temporary file, removed when this is dropped (the simulator reads
+/// it while it compiles the scenario).
 pub struct SimScenario {
-    pub text: String,
+    pub loaded: LoadedScenario,
     _hop_table: Option<TempFile>,
 }
 
@@ -889,87 +892,68 @@ impl Drop for TempFile {
 /// real one's, its spread included ([`HopDelay::from_measured`]). The
 /// simulated deadlines stay SLO − x_p^u(k) of the service time: the overhead
 /// shifts every deadline by the same amount, which changes no EDF order.
-pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) -> Result<SimScenario, crate::Error> {
-    // Any distribution the config takes, with its times stretched as the
-    // real servers stretch them. The scenario is given the config's own
-    // directory, so a relative table path resolves the same way.
-    let service = l.cfg.service_time.scaled(l.cfg.time_scale).to_inline_toml();
+pub fn sim_scenario(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) -> Result<SimScenario, crate::Error> {
+    sim_scenario_with(l, scheme, delay, None)
+}
+
+/// [`sim_scenario`] with the simulator's admission control.
+fn sim_scenario_with(
+    l: &Loaded,
+    scheme: Scheme,
+    delay: Option<HopDelay>,
+    admission: Option<AdmissionSpec>,
+) -> Result<SimScenario, crate::Error> {
     let policy = match scheme {
-        Scheme::TfEdfq | Scheme::TEdfq => "edf",
-        Scheme::Priq => "priq",
-        Scheme::Fifo => "fifo",
+        Scheme::TfEdfq | Scheme::TEdfq => PolicySpec::Edf,
+        Scheme::Priq => PolicySpec::Priq,
+        Scheme::Fifo => PolicySpec::Fifo,
     };
-    let mode = if scheme == Scheme::TEdfq { "slo" } else { "tailguard" };
+    let mode = if scheme == Scheme::TEdfq { DeadlineMode::Slo } else { DeadlineMode::Tailguard };
     let s = &l.cfg.search;
-    let list = |v: Vec<String>| v.join(", ");
-    // Heterogeneous servers: the simulator scales and picks its instances as the real run does.
-    let groups = if l.cfg.groups.is_empty() {
-        String::new()
-    } else {
-        let g: Vec<String> = l
-            .cfg
-            .groups
-            .iter()
-            .map(|g| {
-                format!("{{ first = {}, count = {}, scale = {}, weight = {} }}", g.first, g.count, g.scale, g.weight)
-            })
-            .collect();
-        format!("groups = [ {} ]\n", list(g))
-    };
-    let table = |f: &FanoutMix| {
-        format!(
-            "{{ values = [{}], weights = [{}] }}",
-            list(f.values.iter().map(|v| v.to_string()).collect()),
-            list(f.weights.iter().map(|v| v.to_string()).collect())
-        )
-    };
+    // Any distribution the config takes, with its times stretched as the real
+    // servers stretch them; heterogeneous servers: the simulator scales and
+    // picks its instances as the real run does.
+    let service = ServiceSpec::new(SERVER, policy.clone(), l.cfg.service_time.scaled(l.cfg.time_scale))
+        .instances(l.cfg.servers)
+        .cores(1)
+        .groups(l.cfg.groups.clone());
     // Classes with their own fan-outs; the stage's `fanout` is for the others
-    // (with none left, any valid table: class 0's).
-    let by_class: Vec<String> = l
-        .cfg
-        .classes
-        .iter()
-        .filter_map(|c| c.fanouts.as_ref().map(|f| format!("{:?} = {}", c.name, table(f))))
-        .collect();
-    let by_class =
-        if by_class.is_empty() { String::new() } else { format!("fanout_by_class = {{ {} }}\n", list(by_class)) };
-    // Classes with their own placement pick the simulated instances as the handler picks servers.
-    let entries = |v: &[ServerGroup]| {
-        list(
-            v.iter()
-                .map(|g| format!("{{ first = {}, count = {}, weight = {} }}", g.first, g.count, g.weight))
-                .collect(),
-        )
-    };
-    let placed: Vec<String> = l
-        .cfg
-        .classes
-        .iter()
-        .filter(|c| !c.placement.is_empty())
-        .map(|c| format!("{:?} = [ {} ]", c.name, entries(&c.placement)))
-        .collect();
-    let by_class =
-        if placed.is_empty() { by_class } else { format!("{by_class}weights_by_class = {{ {} }}\n", list(placed)) };
-    let mut t = format!(
-        "name = \"{name}-{policy}-{mode}\"\nseed = {seed}\nrequests = {req}\nwarmup = {warm}\n\n[load]\nutilization = {lo}\n\n\
-         [[service]]\nname = \"server\"\ninstances = {n}\ncores = 1\npolicy = {{ kind = \"{policy}\" }}\nservice_time = {service}\n{groups}\n\
-         [[stage]]\nname = \"query\"\nservice = \"server\"\nfanout = {fanout}\n{by_class}\n",
-        name = l.cfg.name,
-        seed = l.cfg.seed,
-        req = s.sim_requests,
-        warm = s.sim_requests / 10,
-        lo = s.min_load,
-        n = l.cfg.servers,
-        fanout = table(l.cfg.fanouts_of(0)),
-    );
+    // (with none left, any valid table: class 0's). Classes with their own
+    // placement pick the simulated instances as the handler picks servers.
+    let mut stage = StageSpec::new("query", SERVER).fanout(FanoutSpec::Table(l.cfg.fanouts_of(0).clone()));
+    for c in &l.cfg.classes {
+        if let Some(f) = &c.fanouts {
+            stage = stage.fanout_for(c.name.clone(), FanoutSpec::Table(f.clone()));
+        }
+        if !c.placement.is_empty() {
+            stage = stage.weights_for(c.name.clone(), c.placement.clone());
+        }
+    }
+    let mode_name = if mode == DeadlineMode::Slo { "slo" } else { "tailguard" };
+    let mut b = Scenario::builder(format!("{}-{}-{mode_name}", l.cfg.name, policy.name()))
+        .seed(l.cfg.seed)
+        .requests(s.sim_requests)
+        .warmup(s.sim_requests / 10)
+        .load(LoadSpec::utilization(s.min_load))
+        .service(service)
+        .stage(stage)
+        .deadlines(mode)
+        .search(SearchSpec {
+            policies: vec![policy],
+            min_utilization: s.min_load,
+            max_utilization: s.max_load,
+            tolerance: s.tolerance.min(0.01),
+        })
+        .base_dir(l.base_dir.clone());
+    for c in &l.cfg.classes {
+        b = b.class(ClassSpec::new(c.name.clone()).weight(c.weight).slo(c.slo_ms * l.cfg.time_scale, c.percentile));
+    }
+    if let Some(a) = admission {
+        b = b.admission(a);
+    }
     let mut hop_table = None;
     match delay.filter(|d| d.mean_ns() > 0.0) {
-        Some(HopDelay::Fixed { ns }) => {
-            t += &format!(
-                "[network]\ndelay = {{ kind = \"fixed\", value_ms = {} }}\nreturns = \"per-task\"\n\n",
-                ns / 1e6
-            );
-        }
+        Some(HopDelay::Fixed { ns }) => b = b.network(DistSpec::Fixed { value_ms: ns / 1e6 }, Returns::PerTask),
         Some(HopDelay::Measured(h)) => {
             // The table goes to a temporary file the scenario names (absolute path).
             static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -977,39 +961,22 @@ pub fn sim_scenario_toml(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) ->
             let path = std::env::temp_dir().join(format!("tailor-fanout-hop-{}-{n}.txt", std::process::id()));
             std::fs::write(&path, quantile_table_ms(&h))
                 .map_err(|e| crate::Error::Io(format!("{}: {e}", path.display())))?;
-            t += &format!(
-                "[network]\ndelay = {{ kind = \"empirical\", file = {:?} }}\nreturns = \"per-task\"\n\n",
-                path.display().to_string()
-            );
+            b = b.network(DistSpec::Empirical { file: path.clone(), scale: 1.0 }, Returns::PerTask);
             hop_table = Some(TempFile(path));
         }
         None => {}
     }
-    for c in &l.cfg.classes {
-        t += &format!(
-            "[[class]]\nname = \"{}\"\nweight = {}\nslo_ms = {}\npercentile = {}\n\n",
-            c.name,
-            c.weight,
-            c.slo_ms * l.cfg.time_scale,
-            c.percentile
-        );
-    }
-    t += &format!(
-        "[deadlines]\nmode = \"{mode}\"\n\n[search]\npolicies = [ {{ kind = \"{policy}\" }} ]\nmin_utilization = {}\nmax_utilization = {}\ntolerance = {}\n",
-        s.min_load,
-        s.max_load,
-        s.tolerance.min(0.01)
-    );
-    Ok(SimScenario { text: t, _hop_table: hop_table })
+    let loaded = b.build().map_err(|e| crate::Error::Config(format!("simulator scenario: {e}")))?;
+    Ok(SimScenario { loaded, _hop_table: hop_table })
 }
+
+/// The simulated service: the config's task servers.
+const SERVER: &str = "server";
 
 /// Max load under SLO in the simulator for one scheme (with the measured per-task overhead, if given).
 pub fn search_sim(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) -> Result<f64, crate::Error> {
-    let scenario = sim_scenario_toml(l, scheme, delay)?;
-    let path = l.base_dir.join(format!("{}-sim.toml", l.cfg.name));
-    let loaded = Scenario::from_toml(&scenario.text, &path)
-        .map_err(|e| crate::Error::Config(format!("simulator scenario: {e}")))?;
-    let results = tailor_sim::sweep::max_load(&loaded, &Overrides::default(), 1)
+    let scenario = sim_scenario(l, scheme, delay)?;
+    let results = tailor_sim::sweep::max_load(&scenario.loaded, &Overrides::default(), 1)
         .map_err(|e| crate::Error::Config(format!("simulator: {e}")))?;
     Ok(results.first().map_or(0.0, |r| r.max_utilization))
 }
@@ -1271,24 +1238,20 @@ pub fn sim_admission(
         .as_ref()
         .ok_or_else(|| crate::Error::Config(format!("{}: needs an [admission] section", l.cfg.name)))?;
     let l = &l.for_admission();
-    let scenario = sim_scenario_toml(l, Scheme::TfEdfq, delay)?;
-    let text = format!(
-        "{}\n[admission]\nr_th = {r_th}\nwindow_ms = {}\nwindow_tasks = {}\nreject_late = {}\n",
-        scenario.text,
-        a.window_ms * l.cfg.time_scale,
-        a.window_tasks,
-        a.reject_late
-    );
-    let path = l.base_dir.join(format!("{}-sim-admission.toml", l.cfg.name));
-    let loaded =
-        Scenario::from_toml(&text, &path).map_err(|e| crate::Error::Config(format!("simulator scenario: {e}")))?;
+    let admission = AdmissionSpec {
+        r_th,
+        window_ms: Some(a.window_ms * l.cfg.time_scale),
+        window_tasks: Some(a.window_tasks),
+        reject_late: a.reject_late,
+    };
+    let scenario = sim_scenario_with(l, Scheme::TfEdfq, delay, Some(admission))?;
     let ov = Overrides {
         load: Some(LoadOverride::Utilization(offered)),
         requests: Some(SIM_ADMISSION_REQUESTS),
         warmup: Some(SIM_ADMISSION_REQUESTS / 10),
         ..Default::default()
     };
-    let model = Model::build(&loaded, &ov).map_err(|e| crate::Error::Config(format!("simulator: {e}")))?;
+    let model = Model::build(&scenario.loaded, &ov).map_err(|e| crate::Error::Config(format!("simulator: {e}")))?;
     let rec = tailor_sim::engine::run(&model).0;
     let s = rec.summarize();
     let class_of = |name: &str, count: u64, rejected: u64, tail_ms: f64, slo_ms: f64| ClassAtOverload {
@@ -1469,21 +1432,17 @@ mod tests {
         assert!(v.windows(2).all(|w| w[0] <= w[1]) && v[0] >= 0.09 && v[9999] <= 2.2, "{} {}", v[0], v[9999]);
         let l = Loaded::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/masstree-two-class.toml")))
             .expect("default config");
-        let scenario = sim_scenario_toml(&l, Scheme::TfEdfq, Some(HopDelay::Measured(Arc::new(h)))).unwrap();
-        let text = &scenario.text;
-        assert!(text.contains("kind = \"empirical\", file = "), "{text}");
-        let path = l.base_dir.join("x-sim.toml");
-        Scenario::from_toml(text, &path).expect("the simulator accepts the scenario");
-        // The table is a temporary file: gone once the scenario is.
-        let table = text
-            .split("delay = { kind = \"empirical\", file = \"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .expect("a table path")
-            .to_string();
-        assert!(Path::new(&table).exists(), "{table}");
+        let scenario = sim_scenario(&l, Scheme::TfEdfq, Some(HopDelay::Measured(Arc::new(h))))
+            .expect("the simulator accepts the scenario");
+        // The table is a temporary file the scenario names: gone once the scenario is.
+        let table = match &scenario.loaded.scenario.network.as_ref().expect("a network delay").delay {
+            DistSpec::Empirical { file, .. } => file.clone(),
+            other => panic!("an empirical table, not {other:?}"),
+        };
+        tailor_sim::model::Model::build(&scenario.loaded, &Default::default()).expect("the simulator reads the table");
+        assert!(table.exists(), "{}", table.display());
         drop(scenario);
-        assert!(!Path::new(&table).exists(), "{table} left behind");
+        assert!(!table.exists(), "{} left behind", table.display());
     }
 
     /// Every shipped config loads and gives the simulator a scenario it accepts,
@@ -1499,9 +1458,7 @@ mod tests {
             }
             let l = Loaded::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             for &scheme in &l.cfg.schemes {
-                let scenario = sim_scenario_toml(&l, scheme, None).unwrap();
-                Scenario::from_toml(&scenario.text, &l.base_dir.join("x-sim.toml"))
-                    .unwrap_or_else(|e| panic!("{} {scheme:?}: {e}", path.display()));
+                sim_scenario(&l, scheme, None).unwrap_or_else(|e| panic!("{} {scheme:?}: {e}", path.display()));
             }
             n += 1;
         }
@@ -1543,6 +1500,95 @@ mod tests {
         assert!(!without.holds(), "the ratio alone does not hold class C: {:?}", without.classes);
     }
 
+    /// What the TOML generator this module had before the scenario builder
+    /// wrote for `testbed-shape.toml`, TF-EDFQ, a fixed 0.05 ms hop, byte for byte.
+    const TESTBED_TF_EDFQ_TOML: &str = r#"name = "testbed-shape-edf-tailguard"
+seed = 1
+requests = 1000000
+warmup = 100000
+
+[load]
+utilization = 0.2
+
+[[service]]
+name = "server"
+instances = 32
+cores = 1
+policy = { kind = "edf" }
+service_time = { kind = "exp", mean_ms = 5.0 }
+groups = [ { first = 0, count = 8, scale = 1.108, weight = 1 }, { first = 8, count = 8, scale = 0.419, weight = 1 }, { first = 16, count = 8, scale = 1.243, weight = 1 }, { first = 24, count = 8, scale = 1.23, weight = 1 } ]
+
+[[stage]]
+name = "query"
+service = "server"
+fanout = { values = [1], weights = [1] }
+fanout_by_class = { "A" = { values = [1], weights = [1] }, "B" = { values = [4], weights = [1] }, "C" = { values = [32], weights = [1] } }
+weights_by_class = { "A" = [ { first = 0, count = 8, weight = 12 } ] }
+
+[network]
+delay = { kind = "fixed", value_ms = 0.05 }
+returns = "per-task"
+
+[[class]]
+name = "A"
+weight = 50
+slo_ms = 54.050000000000004
+percentile = 99
+
+[[class]]
+name = "B"
+weight = 40
+slo_ms = 87.85
+percentile = 99
+
+[[class]]
+name = "C"
+weight = 10
+slo_ms = 121.6
+percentile = 99
+
+[deadlines]
+mode = "tailguard"
+
+[search]
+policies = [ { kind = "edf" } ]
+min_utilization = 0.2
+max_utilization = 0.8
+tolerance = 0.01
+"#;
+
+    /// The fan-out demo's simulated side built in code runs exactly as the
+    /// TOML it used to generate: the same summary, field for field, at a
+    /// fixed load, with and without the simulator's admission control.
+    #[test]
+    fn the_built_simulator_scenario_equals_the_old_toml_path_field_for_field() {
+        let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/testbed-shape.toml"));
+        let l = Loaded::load(path).expect("testbed config");
+        let ov = Overrides {
+            load: Some(LoadOverride::Utilization(0.5)),
+            requests: Some(40_000),
+            warmup: Some(4_000),
+            ..Default::default()
+        };
+        let summary = |loaded: &LoadedScenario| {
+            let run = tailor_sim::sweep::run_one(loaded, &ov).expect("runs");
+            format!("{:?}", run.summary)
+        };
+        let fixture = |text: &str| Scenario::from_toml(text, &l.base_dir.join("x-sim.toml")).expect("fixture parses");
+        let delay = || Some(HopDelay::Fixed { ns: 50_000.0 });
+        let built = sim_scenario(&l, Scheme::TfEdfq, delay()).expect("built");
+        assert_eq!(summary(&fixture(TESTBED_TF_EDFQ_TOML)), summary(&built.loaded));
+        // sim_admission's scenario: the same plus `[admission]`.
+        let a = AdmissionSpec { r_th: 0.02, window_ms: Some(200.0), window_tasks: Some(1_000), reject_late: true };
+        let with = sim_scenario_with(&l, Scheme::TfEdfq, delay(), Some(a)).expect("built");
+        let text = format!(
+            "{TESTBED_TF_EDFQ_TOML}\n[admission]\nr_th = 0.02\nwindow_ms = 200\nwindow_tasks = 1000\nreject_late = true\n"
+        );
+        let old = summary(&fixture(&text));
+        assert_eq!(old, summary(&with.loaded));
+        assert_ne!(old, summary(&built.loaded), "admission control changes the run");
+    }
+
     #[test]
     fn heterogeneous_servers_are_the_same_in_the_simulated_scenario() {
         let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/masstree-two-class.toml"));
@@ -1550,12 +1596,16 @@ mod tests {
         text += "\n[[group]]\nfirst = 0\ncount = 8\nscale = 1.5\nweight = 4\n\n[[group]]\nfirst = 30\ncount = 2\nscale = 3\n";
         let l = Loaded::from_toml(&text, path).expect("config with groups");
         let shapes = l.server_shapes();
-        let scenario = sim_scenario_toml(&l, Scheme::TfEdfq, None).unwrap();
-        let sc = Scenario::from_toml(&scenario.text, &l.base_dir.join("x-sim.toml")).expect("the simulator accepts it");
-        let model = tailor_sim::model::Model::build(&sc, &Default::default()).expect("model");
+        let scenario = sim_scenario(&l, Scheme::TfEdfq, None).expect("the simulator accepts it");
+        let model = tailor_sim::model::Model::build(&scenario.loaded, &Default::default()).expect("model");
         let svc = &model.services[0];
         assert_eq!(svc.instances, shapes.len());
-        assert_eq!(svc.instance_scale, shapes.iter().map(|s| s.0).collect::<Vec<_>>(), "{}", scenario.text);
+        assert_eq!(
+            svc.instance_scale,
+            shapes.iter().map(|s| s.0).collect::<Vec<_>>(),
+            "{:?}",
+            scenario.loaded.scenario
+        );
         assert_eq!(svc.instance_weight, shapes.iter().map(|s| s.1).collect::<Vec<_>>());
         assert_eq!((shapes[0], shapes[8], shapes[31]), ((1.5, 4.0), (1.0, 1.0), (3.0, 1.0)));
         // The real handler's deadlines (per-server offline CDFs) and the
@@ -1608,10 +1658,9 @@ mod tests {
         assert!((first / a.iter().sum::<f64>() - 0.8).abs() < 1e-12, "{a:?}");
         assert!(weights[1].is_empty() && weights[2].is_empty(), "{weights:?}");
         // The simulated stage picks class A's instances by the same weights, the others by the groups'.
-        let scenario = sim_scenario_toml(&l, Scheme::TfEdfq, None).unwrap();
-        let sc = Scenario::from_toml(&scenario.text, &l.base_dir.join("x-sim.toml")).expect("the simulator accepts it");
-        let model = tailor_sim::model::Model::build(&sc, &Default::default()).expect("model");
-        assert_eq!(model.stages[0].class_weights, weights, "{}", scenario.text);
+        let scenario = sim_scenario(&l, Scheme::TfEdfq, None).expect("the simulator accepts it");
+        let model = tailor_sim::model::Model::build(&scenario.loaded, &Default::default()).expect("model");
+        assert_eq!(model.stages[0].class_weights, weights, "{:?}", scenario.loaded.scenario);
         // A bad entry is named with its class.
         let bad = text.replacen("first = 0, count = 8, weight = 12", "first = 8, count = 30, weight = 12", 1);
         let err = Loaded::from_toml(&bad, path).expect_err("past the 32 servers").to_string();
@@ -1641,11 +1690,10 @@ mod tests {
         assert_eq!(mix.fanouts, vec![vec![(1, 1.0)], vec![(1, 3.0), (32, 1.0)]]);
         // E[k] = 1/4 · 1 + 3/4 · (3/4 · 1 + 1/4 · 32) = 6.8125.
         assert!((mix.mean_fanout() - 6.8125).abs() < 1e-12, "{}", mix.mean_fanout());
-        let scenario = sim_scenario_toml(&l, Scheme::TfEdfq, None).unwrap();
-        let sc = Scenario::from_toml(&scenario.text, &l.base_dir.join("x-sim.toml")).expect("the simulator accepts it");
-        let model = tailor_sim::model::Model::build(&sc, &Default::default()).expect("model");
+        let scenario = sim_scenario(&l, Scheme::TfEdfq, None).expect("the simulator accepts it");
+        let model = tailor_sim::model::Model::build(&scenario.loaded, &Default::default()).expect("model");
         let stage = &model.stages[0];
-        assert_eq!(stage.fanout_of(0).values(), vec![1], "{}", scenario.text);
+        assert_eq!(stage.fanout_of(0).values(), vec![1], "{:?}", scenario.loaded.scenario);
         assert_eq!(stage.fanout_of(1).values(), vec![1, 32]);
         let visits = tailor_sim::model::expected_visits(
             &model.stages,

@@ -1,6 +1,7 @@
 //! Discrete-event simulator that drives Tailor's policies with virtual time.
 //!
-//! `scenario` parses the TOML a user writes, `model` compiles it, `engine`
+//! `scenario` parses the TOML a user writes (`builder` makes the same
+//! scenario in code), `model` compiles it, `engine`
 //! runs it (calling the same `tailor_core::Policy` objects the runtime uses),
 //! `metrics` summarises, `sweep` runs many points in parallel and searches
 //! for the max load under SLO, `report` prints tables, CSV and SVG,
@@ -8,6 +9,7 @@
 //! holds the closed-form results the tests pin the engine to.
 
 pub mod adaptive_c;
+pub mod builder;
 pub mod engine;
 pub mod metrics;
 pub mod model;

@@ -1,18 +1,19 @@
 //! Scenario files: the TOML a user writes to describe a system, its load and
 //! what to measure. Parsing rejects unknown keys (naming the file, line and
 //! the valid keys); [`Scenario::load`] then checks every cross-reference and
-//! reports all problems at once.
+//! reports all problems at once. The same structs are built in code with
+//! [`Scenario::builder`] (`builder.rs`).
 
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tailor_core::dist::DistSpec;
 use tailor_core::PolicySpec;
 
 /// A whole scenario file. See `docs/scenarios.md` for every key.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
     /// Short name used in reports and output file names.
@@ -70,7 +71,7 @@ fn default_requests() -> u64 {
 }
 
 /// Offered load and the arrival process.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoadSpec {
     /// Requests per second entering the system. Exactly one of `rps` and `utilization`.
@@ -89,7 +90,7 @@ pub struct LoadSpec {
 }
 
 /// How requests arrive.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum ArrivalSpec {
     /// Exponential inter-arrival times.
@@ -108,7 +109,7 @@ pub enum ArrivalSpec {
     Gaps { dist: DistSpec },
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkSpec {
     /// One-way delay of each hop.
@@ -119,7 +120,7 @@ pub struct NetworkSpec {
 }
 
 /// How answers travel back, which decides how many return hops a request pays.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Returns {
     /// A pipeline: each stage forwards to the next, and the request pays one hop
@@ -132,7 +133,7 @@ pub enum Returns {
     PerTask,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NoiseSpec {
     /// Interrupts per second on each CPU (Poisson).
@@ -143,7 +144,7 @@ pub struct NoiseSpec {
 
 /// A service: `instances` identical nodes, each with `cores` CPUs scheduled by
 /// `policy`; or, with `host`, one instance running on a shared host's CPUs.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceSpec {
     pub name: String,
@@ -180,7 +181,7 @@ pub struct ServiceSpec {
 }
 
 /// Instances `first .. first + count` of a service: `scale`× its service time, picked with `weight`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct InstanceGroupSpec {
     pub first: usize,
@@ -207,7 +208,7 @@ impl InstanceGroupSpec {
 
 /// A machine whose CPUs are shared by the services placed on it; one policy
 /// instance schedules all of their tasks (a node-wide scheduler, or Linux's).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostSpec {
     pub name: String,
@@ -219,7 +220,7 @@ pub struct HostSpec {
 }
 
 /// `admit = { kind = "fifo", c = 2 }`: at most `c` admitted, in `kind` order.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct AdmitSpec {
     pub kind: AdmitOrder,
@@ -228,7 +229,7 @@ pub struct AdmitSpec {
 
 /// The order in which a gate admits waiting tasks. Only non-preemptive
 /// disciplines: a cooperative gate cannot take back an admission.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum AdmitOrder {
     /// Local arrival order: a local FIFO pool of `c` workers.
@@ -272,7 +273,7 @@ fn one_usize() -> usize {
 
 /// One step of the call graph: `fanout` tasks sent to distinct instances of `service`.
 /// The stage is done when its slowest task is (join); then its successors start.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StageSpec {
     pub name: String,
@@ -300,7 +301,7 @@ pub struct StageSpec {
     pub choose: Vec<EdgeSpec>,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EdgeSpec {
     pub stage: String,
@@ -355,7 +356,7 @@ fn one_f64() -> f64 {
 
 /// How many tasks a stage sends: a number, or a table of values and weights
 /// (`{ values = [1, 10, 100], weights = [100, 10, 1] }`, TailGuard's P(k) ∝ 1/k).
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(untagged)]
 pub enum FanoutSpec {
     Fixed(u32),
@@ -368,7 +369,7 @@ impl Default for FanoutSpec {
     }
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct FanoutTable {
     pub values: Vec<u32>,
@@ -376,7 +377,7 @@ pub struct FanoutTable {
 }
 
 /// An SLO class: requests are assigned to classes at random by `weight`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassSpec {
     pub name: String,
@@ -394,7 +395,7 @@ fn default_percentile() -> f64 {
 }
 
 /// Task queuing deadlines.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeadlineSpec {
     #[serde(default)]
@@ -405,7 +406,7 @@ pub struct DeadlineSpec {
     pub rut_file: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum DeadlineMode {
     /// No deadlines (edf then degenerates to fifo).
@@ -417,7 +418,7 @@ pub enum DeadlineMode {
     Tailguard,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdmissionSpec {
     /// Reject new requests while the task deadline-miss ratio exceeds this.
@@ -438,7 +439,7 @@ pub struct AdmissionSpec {
 }
 
 /// Loads and policies to sweep. Each point is a full run with the scenario's seed.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SweepSpec {
     /// Utilizations to run at (as `load.utilization`).
@@ -453,7 +454,7 @@ pub struct SweepSpec {
 }
 
 /// Max load under SLO (TailGuard §IV): bisection on utilization per policy.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchSpec {
     #[serde(default)]
@@ -536,11 +537,7 @@ impl Scenario {
         let scenario: Scenario =
             toml::from_str(text).map_err(|e| ScenarioError::Parse { file: path.to_owned(), message: e.to_string() })?;
         let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let problems = scenario.problems();
-        if !problems.is_empty() {
-            return Err(ScenarioError::Invalid { file: path.to_owned(), problems });
-        }
-        Ok(LoadedScenario { scenario, path: path.to_owned(), base_dir })
+        LoadedScenario::checked(scenario, path.to_owned(), base_dir)
     }
 
     /// Every semantic problem, so the user can fix them in one go.

@@ -15,6 +15,7 @@ use http::Uri;
 use serde::Serialize;
 use tailor_core::{Nanos, Progress};
 use tailor_sim::plot::{line_plot_styled, Line, Series};
+use tailor_sim::scenario::{AdmitOrder, AdmitSpec};
 
 use super::{load_average, Processes, Programs};
 use crate::cpuacct::{self, CpuUsage};
@@ -64,8 +65,8 @@ impl Sidecars {
         let host_policy = demo.model(Mode::Linux).host_policy;
         let admit = match self {
             Sidecars::None => None,
-            Sidecars::Fifo => Some(("fifo", c)),
-            Sidecars::Orf => Some(("gfifo", c)),
+            Sidecars::Fifo => Some(AdmitSpec { kind: AdmitOrder::Fifo, c }),
+            Sidecars::Orf => Some(AdmitSpec { kind: AdmitOrder::Gfifo, c }),
         };
         ModeModel { host_policy, admit }
     }
