@@ -330,9 +330,19 @@ fn a_full_or_read_only_state_dir_stops_every_change_it_cannot_journal() {
     let full = wait_line(&log, Duration::from_secs(10), |l| l.contains("journal.jsonl") && l.contains("No space left"))
         .expect("the agent reports the full state dir, naming the journal");
     assert!(full.1.contains("nothing more is changed"), "{}", full.1);
-    // Read the node against the journal: every change made is journaled.
-    let journal = std::fs::read_to_string(node.journal()).unwrap();
-    assert!(journal.is_empty() || journal.ends_with('\n'), "a failed append leaves no partial line: {journal:?}");
+    // Read the node against the journal: every change made is journaled. The agent tries
+    // again on each pass, so a read can land inside an append that is about to fail and be cut
+    // back: what must not happen is a partial line that stays.
+    let whole = |j: &String| j.is_empty() || j.ends_with('\n');
+    let mut journal = std::fs::read_to_string(node.journal()).unwrap();
+    for _ in 0..40 {
+        if whole(&journal) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+        journal = std::fs::read_to_string(node.journal()).unwrap();
+    }
+    assert!(whole(&journal), "a failed append leaves no partial line (for 1 s): {journal:?}");
     for pid in node.pids() {
         if cpu_cgroup_of(pid).is_some_and(|c| c.contains(&node.sb.name)) {
             assert!(journal.contains(&format!("\"pid\":{pid},")), "pid {pid} moved without a journal entry");
