@@ -58,7 +58,8 @@ pub fn main(args: DoctorArgs) -> Result<(), String> {
         (_, _, Some(path)) => TargetSpec::Cgroup(path.clone()),
         _ => TargetSpec::Node,
     };
-    let opts = InspectOptions { root: SysRoot::at(&args.root), target, interval: Duration::from_millis(args.interval_ms) };
+    let opts =
+        InspectOptions { root: SysRoot::at(&args.root), target, interval: Duration::from_millis(args.interval_ms) };
     let diagnosis = inspect(&opts).map_err(|e| e.to_string())?;
     if args.output.json() {
         print_json(&serde_json::to_value(&diagnosis).map_err(|e| e.to_string())?);
@@ -77,7 +78,8 @@ fn ideal(args: &DoctorArgs) -> Result<(), String> {
         (_, Some(us)) => return Err(format!("--service-us must be positive, got {us}")),
         _ => ServiceTime::Measured,
     };
-    let report = measured_vs_ideal::compare(&records, service, args.cpus).map_err(|e| format!("{}: {e}", file.display()))?;
+    let report =
+        measured_vs_ideal::compare(&records, service, args.cpus).map_err(|e| format!("{}: {e}", file.display()))?;
     if args.output.json() {
         print_json(&serde_json::to_value(&report).map_err(|e| e.to_string())?);
     } else {

@@ -49,7 +49,8 @@ fn relative_paths(line: &str) -> Vec<&str> {
     while let Some(pos) = line[i..].find("../") {
         let start = i + pos;
         // Only a path that starts here: not the tail of `a/../b` or of `...`.
-        let starts_path = start == 0 || !matches!(bytes[start - 1], b'/' | b'.' | b'_' | b'-') && !bytes[start - 1].is_ascii_alphanumeric();
+        let starts_path = start == 0
+            || !matches!(bytes[start - 1], b'/' | b'.' | b'_' | b'-') && !bytes[start - 1].is_ascii_alphanumeric();
         let end = line[start..]
             .find(|c: char| !(c.is_ascii_alphanumeric() || "./_-".contains(c)))
             .map_or(line.len(), |e| start + e);
@@ -85,7 +86,11 @@ fn no_tracked_file_refers_to_a_path_outside_the_repository() {
         // Rust sources, from the crate's (`env!("CARGO_MANIFEST_DIR")`); it is an offence when
         // it climbs out under every reading. `OUTSIDE` catches the known names either way.
         let is_rust = file.extension().is_some_and(|e| e == "rs");
-        let crate_dir = if is_rust { file.ancestors().find(|d| d.join("Cargo.toml").is_file() && d.starts_with(&root)) } else { None };
+        let crate_dir = if is_rust {
+            file.ancestors().find(|d| d.join("Cargo.toml").is_file() && d.starts_with(&root))
+        } else {
+            None
+        };
         let bases: Vec<&Path> = [file.parent(), crate_dir].into_iter().flatten().collect();
         for (n, line) in text.lines().enumerate() {
             for word in OUTSIDE {

@@ -19,5 +19,8 @@ pub fn diagnose_case(case: &str, spec: TargetSpec) -> Diagnosis {
 
 /// The finding of `check` for pid 100 of `case`.
 pub fn finding(case: &str, check: &str) -> Finding {
-    diagnose_case(case, TargetSpec::Pid(100)).finding(check).cloned().unwrap_or_else(|| panic!("{case}: no {check} finding"))
+    diagnose_case(case, TargetSpec::Pid(100))
+        .finding(check)
+        .cloned()
+        .unwrap_or_else(|| panic!("{case}: no {check} finding"))
 }

@@ -106,7 +106,12 @@ pub fn compare(records: &[Record], service: ServiceTime, cpus: usize) -> Result<
         amortized_service_us: amortized_ns / 1e3,
         offered_rps,
         utilization: offered_rps * amortized_ns / 1e9 / cpus as f64,
-        ratio: Ratios { p50: ratio(m.p50, i.p50), p90: ratio(m.p90, i.p90), p99: ratio(m.p99, i.p99), p999: ratio(m.p999, i.p999) },
+        ratio: Ratios {
+            p50: ratio(m.p50, i.p50),
+            p90: ratio(m.p90, i.p90),
+            p99: ratio(m.p99, i.p99),
+            p999: ratio(m.p999, i.p999),
+        },
         measured_ms: m,
         ideal_ms: i,
     })
@@ -151,7 +156,8 @@ mod tests {
         let r = compare(&ideal, ServiceTime::Measured, 1).unwrap();
         assert!((r.ratio.p99 - 1.0).abs() < 1e-9 && (r.utilization - 0.5).abs() < 0.01, "{r:?}");
         // Same arrivals measured 4× slower in the tail.
-        let slow: Vec<Record> = (0..100).map(|i| rec(i * 20_000, if i % 10 == 0 { 40_000 } else { 10_000 }, None)).collect();
+        let slow: Vec<Record> =
+            (0..100).map(|i| rec(i * 20_000, if i % 10 == 0 { 40_000 } else { 10_000 }, None)).collect();
         let r = compare(&slow, ServiceTime::PeakThroughput(100_000.0), 1).unwrap();
         assert!((r.ratio.p99 - 4.0).abs() < 1e-9 && r.ratio.p50 == 1.0, "{r:?}");
         assert_eq!(r.service_time_from, "peak_throughput");

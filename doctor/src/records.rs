@@ -39,7 +39,14 @@ pub enum RecordsError {
 #[derive(Clone, Copy)]
 enum Layout {
     /// The bench's `records_csv`: intended_ns, done_ns, outcome, total_demand_us, warmup.
-    Bench { warmup: usize, intended: usize, done: usize, outcome: usize, demand_us: usize, width: usize },
+    Bench {
+        warmup: usize,
+        intended: usize,
+        done: usize,
+        outcome: usize,
+        demand_us: usize,
+        width: usize,
+    },
     Simple,
 }
 
@@ -100,7 +107,12 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<Record>, RecordsError> {
         out.push(match layout {
             Layout::Bench { warmup, intended, done, outcome, demand_us, width } => {
                 if f.len() != width {
-                    return Err(RecordsError::Width { file: file.into(), line: n, expected: "as many as the header's", found: f.len() });
+                    return Err(RecordsError::Width {
+                        file: file.into(),
+                        line: n,
+                        expected: "as many as the header's",
+                        found: f.len(),
+                    });
                 }
                 let arrival = num(intended, "intended_ns")?;
                 let ok = f[outcome] == "ok";
@@ -115,7 +127,12 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<Record>, RecordsError> {
             }
             Layout::Simple => {
                 if !(2..=3).contains(&f.len()) {
-                    return Err(RecordsError::Width { file: file.into(), line: n, expected: "2 or 3 (arrival_ns,latency_ns[,service_ns])", found: f.len() });
+                    return Err(RecordsError::Width {
+                        file: file.into(),
+                        line: n,
+                        expected: "2 or 3 (arrival_ns,latency_ns[,service_ns])",
+                        found: f.len(),
+                    });
                 }
                 Record {
                     arrival_ns: num(0, "arrival_ns")?,

@@ -47,9 +47,7 @@ impl SysRoot {
 
     /// Where a symbolic link under the root points (`/proc/PID/fd/N` → `socket:[INODE]`).
     pub fn link(&self, relative: &str) -> Result<String, std::io::ErrorKind> {
-        std::fs::read_link(self.path(relative))
-            .map(|p| p.to_string_lossy().into_owned())
-            .map_err(|e| e.kind())
+        std::fs::read_link(self.path(relative)).map(|p| p.to_string_lossy().into_owned()).map_err(|e| e.kind())
     }
 
     /// Whether a path exists under the root.

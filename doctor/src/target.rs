@@ -96,7 +96,9 @@ pub fn resolve(root: &SysRoot, spec: &TargetSpec) -> Result<Target, TargetError>
                     // comm is cut to 15 bytes: a longer NAME matches its first 15.
                     let comm_matches =
                         comm_of(root, pid).is_some_and(|c| &c == name || (c.len() == 15 && name.starts_with(&c)));
-                    let exe_matches = root.link(&format!("proc/{pid}/exe")).is_ok_and(|e| e.rsplit('/').next() == Some(name.as_str()));
+                    let exe_matches = root
+                        .link(&format!("proc/{pid}/exe"))
+                        .is_ok_and(|e| e.rsplit('/').next() == Some(name.as_str()));
                     let unit_matches = cgroup_of(root, pid).is_some_and(|c| c.ends_with(&unit));
                     comm_matches || exe_matches || unit_matches
                 })
@@ -110,7 +112,11 @@ pub fn resolve(root: &SysRoot, spec: &TargetSpec) -> Result<Target, TargetError>
         TargetSpec::Cgroup(path) => {
             let mount = cgroup2_mount(root).unwrap_or("sys/fs/cgroup");
             let file = format!("{mount}/{}/cgroup.procs", path.trim_matches('/'));
-            let text = root.read(&file).map_err(|kind| TargetError::Cgroup { path: path.clone(), file: file.clone(), kind })?;
+            let text = root.read(&file).map_err(|kind| TargetError::Cgroup {
+                path: path.clone(),
+                file: file.clone(),
+                kind,
+            })?;
             let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
             if pids.is_empty() {
                 return Err(TargetError::EmptyCgroup(path.clone()));

@@ -109,9 +109,6 @@ mod tests {
         assert_eq!((s.state, s.ppid, s.nice, s.processor, s.rt_priority, s.policy), ('R', 1, 0, 1, 7, 1));
         assert_eq!(policy_name(s.policy), "SCHED_FIFO");
         assert!(parse_stat("garbage").is_none());
-        assert_eq!(
-            parse_schedstat("100 20 3\n"),
-            Some(SchedStat { cpu_ns: 100, run_delay_ns: 20, slices: 3 })
-        );
+        assert_eq!(parse_schedstat("100 20 3\n"), Some(SchedStat { cpu_ns: 100, run_delay_ns: 20, slices: 3 }));
     }
 }

@@ -38,7 +38,8 @@ impl Drop for KillOnDrop {
 }
 
 fn run_delay(pid: u32) -> tailor_doctor::Finding {
-    let opts = InspectOptions { root: SysRoot::live(), target: TargetSpec::Pid(pid), interval: Duration::from_millis(1000) };
+    let opts =
+        InspectOptions { root: SysRoot::live(), target: TargetSpec::Pid(pid), interval: Duration::from_millis(1000) };
     let d = inspect(&opts).expect("the worker is running");
     d.finding("run_delay").cloned().expect("the run-delay check ran")
 }

@@ -377,8 +377,9 @@ pub fn table_removed(exe: &Path) -> Row {
     row.reattach_ms = wait_until(t2, Duration::from_secs(5), || attached(&svc));
     let lat = finish(svc, &mut obs, &mut row);
     row.p99_ms = p99(&lat, t0, u64::MAX);
-    row.note = "service kept kernel ordering on the unlinked table; new service refused; restore after the agent's stop"
-        .into();
+    row.note =
+        "service kept kernel ordering on the unlinked table; new service refused; restore after the agent's stop"
+            .into();
     row
 }
 
@@ -400,7 +401,8 @@ pub fn table_truncated(exe: &Path) -> Row {
     let alive = svc.pid();
     let lat = finish(svc, &mut obs, &mut row);
     row.p99_ms = p99(&lat, t0, u64::MAX);
-    row.note = format!("service pid {alive} survived; the supervisor replaced the agent (re-attach from the truncation)");
+    row.note =
+        format!("service pid {alive} survived; the supervisor replaced the agent (re-attach from the truncation)");
     drop(sup);
     row
 }
@@ -624,6 +626,7 @@ pub fn pool_grows_and_shrinks(exe: &Path) -> Row {
     let mut obs = Observed::default();
     let lat = finish(svc, &mut obs, &mut row);
     row.p99_ms = p99(&lat, t0, u64::MAX);
-    row.note = format!("pool between {fewest} and {most} threads; watched for 700 ms after the fallback (bursts go on)");
+    row.note =
+        format!("pool between {fewest} and {most} threads; watched for 700 ms after the fallback (bursts go on)");
     row
 }

@@ -82,7 +82,12 @@ pub fn get_text(addr: SocketAddr, path: &str, timeout: Duration) -> Option<Strin
 
 /// A request whose `content-length` body is sent one byte every `gap` (a slow client);
 /// the answer the proxy gave and when, from the first byte of the body.
-pub fn slow_body(addr: SocketAddr, length: usize, gap: Duration, timeout: Duration) -> (std::io::Result<Answer>, Duration) {
+pub fn slow_body(
+    addr: SocketAddr,
+    length: usize,
+    gap: Duration,
+    timeout: Duration,
+) -> (std::io::Result<Answer>, Duration) {
     let start = Instant::now();
     let run = || -> std::io::Result<Answer> {
         let mut s = TcpStream::connect_timeout(&addr, timeout)?;

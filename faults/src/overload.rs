@@ -30,7 +30,14 @@ pub struct OverloadPlan {
 impl OverloadPlan {
     /// The documented run: 60 s at 2×.
     pub fn full() -> OverloadPlan {
-        OverloadPlan { workers: 4, service_ms: 20, budget_ms: 100, factor: 2.0, overload: Duration::from_secs(60), calm: Duration::from_secs(2) }
+        OverloadPlan {
+            workers: 4,
+            service_ms: 20,
+            budget_ms: 100,
+            factor: 2.0,
+            overload: Duration::from_secs(60),
+            calm: Duration::from_secs(2),
+        }
     }
 
     /// The CI-sized run: 5 s at 2×.

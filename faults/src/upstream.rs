@@ -123,7 +123,8 @@ fn connection(stream: TcpStream, workers: &Workers, service_ms: u64) {
         };
         workers.run(Duration::from_millis(query("ms").unwrap_or(service_ms)));
         let size = query("bytes").unwrap_or(3) as usize;
-        let mut answer = format!("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {size}\r\n").into_bytes();
+        let mut answer =
+            format!("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {size}\r\n").into_bytes();
         if close {
             answer.extend_from_slice(b"connection: close\r\n");
         }

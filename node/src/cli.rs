@@ -193,7 +193,18 @@ pub fn run(command: NodeCommand, this: AgentCommand) -> Result<(), String> {
         NodeCommand::Example => plan(1.0, false),
         NodeCommand::Plan { demand_cpus, pods } => plan(demand_cpus, pods),
         NodeCommand::ProbeServer { workers } => helper("probe-server", probe::probe_server(workers)),
-        NodeCommand::LoadClient { port, rate, seconds, warmup, service_us, dist, seed, protocol, redis_iterations, rt_priority } => {
+        NodeCommand::LoadClient {
+            port,
+            rate,
+            seconds,
+            warmup,
+            service_us,
+            dist,
+            seed,
+            protocol,
+            redis_iterations,
+            rt_priority,
+        } => {
             let positive = |name: &str, v: f64| {
                 if v.is_finite() && v > 0.0 {
                     Ok(v)
@@ -247,7 +258,8 @@ fn plan(demand_cpus: f64, pods: bool) -> Result<(), String> {
          heartbeat_timeout_ms = 1000\nwindow_ms = 10000\n\n{}",
         crate::sizing::tiers_toml(&shape, demand_cpus, critical, best_effort)
     );
-    NodeConfig::parse(&text, "tailor node plan").map_err(|e| format!("internal: the sized config does not load: {e}"))?;
+    NodeConfig::parse(&text, "tailor node plan")
+        .map_err(|e| format!("internal: the sized config does not load: {e}"))?;
     print!("{text}");
     Ok(())
 }

@@ -51,10 +51,7 @@ fn reload(path: &Path, agent: &mut Agent) {
                 match agent.safe_mode() {
                     Ok(r) => tracing::info!("reload: restored {} entries of the old config", r.entries),
                     Err(e) => {
-                        tracing::warn!(
-                            "reload of {}: restoring the old config: {e}; keeping it",
-                            path.display()
-                        );
+                        tracing::warn!("reload of {}: restoring the old config: {e}; keeping it", path.display());
                         return;
                     }
                 }
@@ -122,9 +119,7 @@ pub fn run(config_path: &Path, heartbeat: bool) -> Result<(), NodeError> {
             let keep = (agent.config.state_dir.clone(), agent.config.reconcile_interval_ms, agent.config.window_ms);
             reload(config_path, &mut agent);
             if (agent.config.state_dir.clone(), agent.config.reconcile_interval_ms, agent.config.window_ms) != keep {
-                tracing::warn!(
-                    "reload: state_dir, reconcile_interval_ms and window_ms take effect at the next start"
-                );
+                tracing::warn!("reload: state_dir, reconcile_interval_ms and window_ms take effect at the next start");
             }
         }
         let safe = safe_mode_flag(&state_dir).exists();

@@ -247,10 +247,11 @@ mod tests {
         let gate = Arc::new(std::sync::Barrier::new(5));
         for _ in 0..4 {
             let g = gate.clone();
-            assert!(pool.submit(Box::new(move || {
-                g.wait();
-            }))
-            .is_ok());
+            assert!(pool
+                .submit(Box::new(move || {
+                    g.wait();
+                }))
+                .is_ok());
         }
         gate.wait();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -265,16 +266,21 @@ mod tests {
         while start.elapsed() < Duration::from_millis(1500) {
             let d = done.clone();
             let before = d.load(Ordering::SeqCst);
-            assert!(pool.submit(Box::new(move || {
-                d.fetch_add(1, Ordering::SeqCst);
-            }))
-            .is_ok());
+            assert!(pool
+                .submit(Box::new(move || {
+                    d.fetch_add(1, Ordering::SeqCst);
+                }))
+                .is_ok());
             while done.load(Ordering::SeqCst) == before {
                 std::thread::yield_now();
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        assert!(pool.threads() <= 2, "the burst's surplus threads retired under a steady load: {} left", pool.threads());
+        assert!(
+            pool.threads() <= 2,
+            "the burst's surplus threads retired under a steady load: {} left",
+            pool.threads()
+        );
     }
 
     #[test]
@@ -288,10 +294,11 @@ mod tests {
         let gate = Arc::new(std::sync::Barrier::new(4));
         for _ in 0..3 {
             let g = gate.clone();
-            assert!(pool.submit(Box::new(move || {
-                g.wait();
-            }))
-            .is_ok());
+            assert!(pool
+                .submit(Box::new(move || {
+                    g.wait();
+                }))
+                .is_ok());
         }
         gate.wait();
         pool.close();

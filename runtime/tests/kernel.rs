@@ -1114,6 +1114,10 @@ fn dropping_the_scheduler_restores_and_ends_its_idle_pool_threads_at_once() {
         assert!(dropped.elapsed() < Duration::from_secs(5), "idle pool threads did not end after the drop: {tids:?}");
         std::thread::sleep(Duration::from_millis(1));
     }
-    eprintln!("drop: {} pool threads restored and ended in {:.1} ms", tids.len(), dropped.elapsed().as_secs_f64() * 1e3);
+    eprintln!(
+        "drop: {} pool threads restored and ended in {:.1} ms",
+        tids.len(),
+        dropped.elapsed().as_secs_f64() * 1e3
+    );
     agent.stop();
 }

@@ -231,9 +231,7 @@ pub fn verdicts(points: &[Point]) -> Vec<Verdict> {
         let per_seed: Vec<f64> = at
             .iter()
             .filter(|p| p.c.is_none())
-            .filter_map(|a| {
-                at.iter().find(|p| p.c == Some(best_c) && p.seed == a.seed).map(|b| a.p99_ms / b.p99_ms)
-            })
+            .filter_map(|a| at.iter().find(|p| p.c == Some(best_c) && p.seed == a.seed).map(|b| a.p99_ms / b.p99_ms))
             .collect();
         out.push(Verdict {
             workload: w,

@@ -27,7 +27,14 @@ fn adaptive_c_is_near_the_best_fixed_c_on_fixed_and_bimodal_service() {
     assert_eq!(verdicts.len(), 2, "{table}");
     for v in &verdicts {
         // The sweep's target; the full sweep (docs/policies.md) has both within 0.5%.
-        assert!(v.ratio <= 1.05, "{}: adaptive p99 {:.1} ms vs best fixed c = {} {:.1} ms\n{table}", v.workload, v.adaptive_p99_ms, v.best_c, v.best_p99_ms);
+        assert!(
+            v.ratio <= 1.05,
+            "{}: adaptive p99 {:.1} ms vs best fixed c = {} {:.1} ms\n{table}",
+            v.workload,
+            v.adaptive_p99_ms,
+            v.best_c,
+            v.best_p99_ms
+        );
         // The contrast the controller must find: FCFS for Fixed, sharing for Bimodal.
         match v.workload.as_str() {
             "Fixed" => assert_eq!(v.best_c, 1, "{table}"),

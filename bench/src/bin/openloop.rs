@@ -16,7 +16,8 @@ use tailor_bench::memcache_load::{self, MemcacheConfig};
 use tailor_bench::record::{records_csv, summarize};
 use tailor_fanout::flags;
 
-const USAGE: &str = "usage: openloop http URL|memcached ADDR --rate R --seconds S [--seed N] [--out FILE] [--connections C]";
+const USAGE: &str =
+    "usage: openloop http URL|memcached ADDR --rate R --seconds S [--seed N] [--out FILE] [--connections C]";
 
 fn main() {
     if let Err(e) = run(&std::env::args().skip(1).collect::<Vec<_>>()) {

@@ -94,11 +94,8 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
     }
 
     let cpus = format_list(&ctx.target.cpus);
-    let metrics = [
-        ("wait_share", wait_share),
-        ("wait_per_slice_us", wait_per_slice / 1e3),
-        ("other_work_cpus", other_cpu),
-    ];
+    let metrics =
+        [("wait_share", wait_share), ("wait_per_slice_us", wait_per_slice / 1e3), ("other_work_cpus", other_cpu)];
     if severity == Severity::Ok {
         let summary = format!("no other work delays it on CPUs {cpus}");
         return vec![Finding::ok("run_delay", Source::BackgroundProcesses, summary, evidence)
@@ -127,11 +124,9 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
     let node_fix = node_can(
         "yes: a critical tier matching the service with `cpus = \"…\"` (cpuset fence) and `rt_priority = 1`, and a best-effort tier for the other work (cpu.idle / SCHED_IDLE); journaled, undone by `tailor node safe-mode`",
     );
-    vec![
-        Finding::issue("run_delay", Source::BackgroundProcesses, severity, summary, evidence, effect, fix, node_fix)
-            .with_needs_root(needs_root)
-            .with_metrics(&metrics),
-    ]
+    vec![Finding::issue("run_delay", Source::BackgroundProcesses, severity, summary, evidence, effect, fix, node_fix)
+        .with_needs_root(needs_root)
+        .with_metrics(&metrics)]
 }
 
 #[cfg(test)]
@@ -145,7 +140,10 @@ mod tests {
         let f = finding("contended", "run_delay");
         assert_eq!(f.severity, Severity::Problem, "{f:?}");
         assert!(f.summary.contains("wait 67%"), "{}", f.summary);
-        assert!(f.evidence.iter().any(|e| e.contains("pid 200") && e.contains("spinner") && e.contains("90%")), "{f:?}");
+        assert!(
+            f.evidence.iter().any(|e| e.contains("pid 200") && e.contains("spinner") && e.contains("90%")),
+            "{f:?}"
+        );
         assert!(f.evidence.iter().any(|e| e.contains("some avg10=35.10")), "{f:?}");
         assert!(f.node_fix.applicable);
     }

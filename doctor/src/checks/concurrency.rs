@@ -70,7 +70,8 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
     }
     let ppid = |pid: u32| root.read(&format!("proc/{pid}/stat")).ok().and_then(|s| parse_stat(&s)).map(|s| s.ppid);
     // A master that forked the workers holds the sockets too; its children are the workers.
-    let children: Vec<u32> = holders.iter().copied().filter(|&p| ppid(p).is_some_and(|pp| holders.contains(&pp))).collect();
+    let children: Vec<u32> =
+        holders.iter().copied().filter(|&p| ppid(p).is_some_and(|pp| holders.contains(&pp))).collect();
     let worker_processes = if children.is_empty() { holders.len() } else { children.len() };
     let busy_threads: BTreeSet<u32> =
         ctx.deltas().iter().filter(|d| ctx.is_target(d.pid) && d.cpu_ns > 0).map(|d| d.tid).collect();
@@ -82,7 +83,11 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
         busy_threads.len()
     )];
     for (port, inodes) in &sockets_by_port {
-        evidence.push(format!("port {port}: {} listening socket(s), held by {} process(es)", inodes.len(), holders.len()));
+        evidence.push(format!(
+            "port {port}: {} listening socket(s), held by {} process(es)",
+            inodes.len(),
+            holders.len()
+        ));
     }
     if sockets_by_port.is_empty() && needs_root.is_empty() {
         evidence.push("no listening TCP sockets".to_string());
@@ -107,7 +112,10 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
     let partitioned = if worker_processes > 1 {
         Some(format!("{worker_processes} worker processes share the listening socket; each accepted connection stays with one worker"))
     } else if busy_threads.len() > 1 && !sockets_by_port.is_empty() {
-        Some(format!("{} threads serve connections; a server that assigns each connection to one thread queues per thread", busy_threads.len()))
+        Some(format!(
+            "{} threads serve connections; a server that assigns each connection to one thread queues per thread",
+            busy_threads.len()
+        ))
     } else {
         None
     };

@@ -65,14 +65,19 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
     // fold, not sum: an empty f64 sum is -0.0, which prints as "-0".
     let rate = hits.iter().fold(0.0, |acc, h| acc + h.0);
     let irqbalance = numeric_entries(ctx.root, "proc").into_iter().find(|pid| {
-        ctx.root.read(&format!("proc/{pid}/stat")).ok().and_then(|s| parse_stat(&s)).is_some_and(|s| s.comm == "irqbalance")
+        ctx.root
+            .read(&format!("proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| parse_stat(&s))
+            .is_some_and(|s| s.comm == "irqbalance")
     });
     let mut evidence = vec![format!(
         "{rate:.0} device interrupts/s on CPUs {} over {seconds:.1} s [/proc/interrupts]",
         format_list(cpus)
     )];
     for (r, l) in hits.iter().take(5) {
-        let affinity = ctx.root.read_trimmed(&format!("proc/irq/{}/smp_affinity_list", l.irq)).unwrap_or_else(|| "?".into());
+        let affinity =
+            ctx.root.read_trimmed(&format!("proc/irq/{}/smp_affinity_list", l.irq)).unwrap_or_else(|| "?".into());
         evidence.push(format!("IRQ {} ({}): {r:.0}/s there, smp_affinity_list {affinity}", l.irq, l.description));
     }
     evidence.push(match irqbalance {
@@ -112,7 +117,6 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
     .with_needs_root(needs_root)]
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::parse;
@@ -139,6 +143,9 @@ mod tests {
     fn named_lines_are_skipped() {
         let lines = parse("   CPU0 CPU1\n 24: 1 2 IO-APIC 5-edge ACPI:Ged\nLOC: 5 6 Local timer\n");
         assert_eq!(lines.len(), 1);
-        assert_eq!((lines[0].irq, lines[0].per_cpu.clone(), lines[0].description.as_str()), (24, vec![1, 2], "IO-APIC 5-edge ACPI:Ged"));
+        assert_eq!(
+            (lines[0].irq, lines[0].per_cpu.clone(), lines[0].description.as_str()),
+            (24, vec![1, 2], "IO-APIC 5-edge ACPI:Ged")
+        );
     }
 }

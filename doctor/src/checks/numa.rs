@@ -31,7 +31,11 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
         })
         .collect();
     if nodes.is_empty() {
-        return vec![Finding::unknown("numa", Source::NumaEffects, "NUMA topology not exposed (/sys/devices/system/node)")];
+        return vec![Finding::unknown(
+            "numa",
+            Source::NumaEffects,
+            "NUMA topology not exposed (/sys/devices/system/node)",
+        )];
     }
     if nodes.len() == 1 {
         return vec![Finding::ok(
@@ -60,12 +64,16 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
     let total: u64 = pages.values().sum();
     let remote: u64 = pages.iter().filter(|(n, _)| !cpu_nodes.contains(n)).map(|(_, p)| p).sum();
     if total > 0 {
-        evidence.push(format!("memory pages by node: {pages:?}; {:.0}% on nodes without its CPUs", remote as f64 * 100.0 / total as f64));
+        evidence.push(format!(
+            "memory pages by node: {pages:?}; {:.0}% on nodes without its CPUs",
+            remote as f64 * 100.0 / total as f64
+        ));
     }
     let spans = cpu_nodes.len() > 1 && !ctx.target.is_node();
     let remote_share = if total > 0 { remote as f64 / total as f64 } else { 0.0 };
     if !spans && remote_share < 0.1 {
-        return vec![Finding::ok("numa", Source::NumaEffects, "threads and memory on one node", evidence).with_needs_root(needs_root)];
+        return vec![Finding::ok("numa", Source::NumaEffects, "threads and memory on one node", evidence)
+            .with_needs_root(needs_root)];
     }
     vec![Finding::issue(
         "numa",

@@ -33,7 +33,8 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
         }
     }
     if !exposed {
-        let driver = root.read_trimmed("sys/devices/system/cpu/cpuidle/current_driver").unwrap_or_else(|| "none".into());
+        let driver =
+            root.read_trimmed("sys/devices/system/cpu/cpuidle/current_driver").unwrap_or_else(|| "none".into());
         return vec![Finding {
             evidence: vec![format!(
                 "no cpufreq or cpuidle directories under /sys/devices/system/cpu/cpuN (cpuidle driver: {driver}); the hypervisor decides"

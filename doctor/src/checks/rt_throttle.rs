@@ -33,7 +33,8 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
         (
             Severity::Warn,
             "RT time unlimited: a busy real-time thread can starve every other thread on its CPU".to_string(),
-            "no stall for the service, but kernel threads and daemons on its CPUs can be starved under overload".to_string(),
+            "no stall for the service, but kernel threads and daemons on its CPUs can be starved under overload"
+                .to_string(),
         )
     } else if runtime < period {
         let stall_ms = (period - runtime) as f64 / 1e3;

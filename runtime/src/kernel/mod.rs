@@ -32,8 +32,8 @@ pub mod agent;
 pub mod agent_stats;
 mod by_key;
 mod identity;
-pub mod supervise;
 pub mod nspid;
+pub mod supervise;
 pub mod sys;
 pub mod table;
 mod table_lock;
@@ -697,11 +697,17 @@ impl KernelBackend {
     /// left (it resumed after a stop) or a new one (a new table file at the path), seen
     /// serving on two looks in a row (its heartbeat moved). Returns the attachment being
     /// watched, for the next look.
-    fn try_reattach(&self, candidate: Option<(Arc<Attachment>, u64)>, counters: &Counters) -> Option<(Arc<Attachment>, u64)> {
+    fn try_reattach(
+        &self,
+        candidate: Option<(Arc<Attachment>, u64)>,
+        counters: &Counters,
+    ) -> Option<(Arc<Attachment>, u64)> {
         let current = self.attachment();
         let (att, seen) = match candidate {
             Some((att, seen)) if Table::file_id(&self.table_path) == Some(att.table.mapped_file_id()) => (att, seen),
-            _ if Table::file_id(&self.table_path) == Some(current.table.mapped_file_id()) => (current.clone(), u64::MAX),
+            _ if Table::file_id(&self.table_path) == Some(current.table.mapped_file_id()) => {
+                (current.clone(), u64::MAX)
+            }
             _ => match Attachment::open(&self.table_path) {
                 Ok(att) => (Arc::new(att), u64::MAX),
                 Err(_) => return None,

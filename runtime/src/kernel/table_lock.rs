@@ -130,7 +130,8 @@ mod tests {
         // What a second agent holds if the first removes the file between the second's open
         // and its flock: `take` must see that and start over, never return such a lock.
         let table = scratch_table("removed");
-        let stale = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(lock_path(&table)).unwrap();
+        let stale =
+            std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(lock_path(&table)).unwrap();
         std::fs::remove_file(lock_path(&table)).unwrap();
         assert!(!is_at(&stale, &lock_path(&table)));
         std::fs::write(lock_path(&table), b"").unwrap();
