@@ -37,11 +37,15 @@ fn table_path(name: &str) -> PathBuf {
     PathBuf::from(format!("/dev/shm/tailor-test-{}-{name}", std::process::id()))
 }
 
-/// Removes the table file when the test ends, pass or fail.
+/// Removes the table file when the test ends, pass or fail, and the agent's `<table>.lock`:
+/// an agent that stops removes its lock itself, but the tests that SIGKILL their agent leave it.
 struct TableFile(PathBuf);
 impl Drop for TableFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+        let mut lock = self.0.clone().into_os_string();
+        lock.push(".lock");
+        let _ = std::fs::remove_file(lock);
     }
 }
 
