@@ -4,19 +4,12 @@
 //! - `metrics`: the Prometheus families both services serve on `GET /metrics`.
 //! - [`server`]: task servers that queue by a core policy and emulate a shard.
 //! - [`timer`]: the precise timer thread the emulated service times run on.
-//! - [`loadgen`]: an open-loop Poisson driver and the per-run report.
-//! - [`judge`]: a group's p99 against its SLO with an order-statistic confidence bound.
-//! - [`demo`]: max load under SLO per scheme, real and simulated side by side;
-//!   the R_th calibration; the sequential-request budget split.
 //!
 //! Decisions (deadlines, queue order, admission) are core's: the same
 //! `Planner`, `AdmissionController` and policies the simulator runs.
 
 pub mod clock;
-pub mod demo;
 pub mod handler;
-pub mod judge;
-pub mod loadgen;
 mod metrics;
 pub mod server;
 pub mod service;

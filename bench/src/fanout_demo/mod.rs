@@ -13,6 +13,9 @@
 //! bisection on load, as `tailor sim`'s `[search]`. The simulator then runs
 //! the same configuration (`tailor_sim`: [`Scenario::builder`] + `max_load`).
 
+pub mod judge;
+pub mod loadgen;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,12 +33,12 @@ use tailor_sim::scenario::{
     ServiceSpec, StageSpec,
 };
 
-use crate::handler::{AdmissionConfig, Handler, HandlerConfig, Overhead, Queuing, Scheme};
-use crate::judge::{self, GroupJudgement, Verdict};
-pub use crate::loadgen::QueryTrace;
-use crate::loadgen::{self, Mix, RunReport, RunSpec};
-use crate::server::{TaskServer, TaskServerConfig};
-use crate::timer::PreciseTimer;
+use self::judge::{GroupJudgement, Verdict};
+pub use self::loadgen::QueryTrace;
+use self::loadgen::{Mix, RunReport, RunSpec};
+use tailor_fanout::handler::{AdmissionConfig, Handler, HandlerConfig, Overhead, Queuing, Scheme};
+use tailor_fanout::server::{TaskServer, TaskServerConfig};
+use tailor_fanout::timer::PreciseTimer;
 
 // === config ===
 
@@ -197,23 +200,24 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    pub fn from_toml(text: &str, path: &Path) -> Result<Loaded, crate::Error> {
+    pub fn from_toml(text: &str, path: &Path) -> Result<Loaded, tailor_fanout::Error> {
         let cfg: DemoConfig =
-            toml::from_str(text).map_err(|e| crate::Error::Config(format!("{}: {e}", path.display())))?;
+            toml::from_str(text).map_err(|e| tailor_fanout::Error::Config(format!("{}: {e}", path.display())))?;
         let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let service = cfg
             .service_time
             .build(&base_dir)
-            .map_err(|e| crate::Error::Config(format!("{}: service_time: {e}", path.display())))?;
+            .map_err(|e| tailor_fanout::Error::Config(format!("{}: service_time: {e}", path.display())))?;
         let problems = cfg.problems();
         if !problems.is_empty() {
-            return Err(crate::Error::Config(format!("{}: {}", path.display(), problems.join("; "))));
+            return Err(tailor_fanout::Error::Config(format!("{}: {}", path.display(), problems.join("; "))));
         }
         Ok(Loaded { cfg, base_dir, service })
     }
 
-    pub fn load(path: &Path) -> Result<Loaded, crate::Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| crate::Error::Io(format!("{}: {e}", path.display())))?;
+    pub fn load(path: &Path) -> Result<Loaded, tailor_fanout::Error> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| tailor_fanout::Error::Io(format!("{}: {e}", path.display())))?;
         Self::from_toml(&text, path)
     }
 
@@ -566,16 +570,16 @@ impl Probe {
 
 /// The runtime a real run's servers, handler and load generator share: two workers at nice −10,
 /// and so is the calling thread, where the load generator runs (`block_on`).
-pub fn probe_runtime() -> Result<tokio::runtime::Runtime, crate::Error> {
+pub fn probe_runtime() -> Result<tokio::runtime::Runtime, tailor_fanout::Error> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .on_thread_start(|| {
-            crate::timer::raise_thread_priority();
+            tailor_fanout::timer::raise_thread_priority();
         })
         .enable_all()
         .build()
-        .map_err(|e| crate::Error::Io(e.to_string()))?;
-    crate::timer::raise_thread_priority();
+        .map_err(|e| tailor_fanout::Error::Io(e.to_string()))?;
+    tailor_fanout::timer::raise_thread_priority();
     Ok(rt)
 }
 
@@ -585,7 +589,7 @@ pub async fn spawn_servers(
     l: &Loaded,
     scheme: Scheme,
     timer: &Arc<PreciseTimer>,
-) -> Result<Vec<TaskServer>, crate::Error> {
+) -> Result<Vec<TaskServer>, tailor_fanout::Error> {
     let mut servers = Vec::new();
     for (i, &(scale, _)) in l.server_shapes().iter().enumerate() {
         let policy = if l.cfg.queuing == Queuing::Central { PolicySpec::Fifo } else { scheme.queue_policy() };
@@ -609,7 +613,7 @@ pub fn run_real(
     admission: Option<AdmissionConfig>,
     warmup: Duration,
     measure: Duration,
-) -> Result<Probe, crate::Error> {
+) -> Result<Probe, tailor_fanout::Error> {
     run_real_with(l, scheme, load, admission, warmup, measure, None)
 }
 
@@ -622,10 +626,10 @@ pub fn run_real_with(
     warmup: Duration,
     measure: Duration,
     sequential: Option<(Vec<u32>, BudgetSplit)>,
-) -> Result<Probe, crate::Error> {
+) -> Result<Probe, tailor_fanout::Error> {
     let rt = probe_runtime()?;
     rt.block_on(async {
-        let timer = Arc::new(PreciseTimer::start().map_err(|e| crate::Error::Io(e.to_string()))?);
+        let timer = Arc::new(PreciseTimer::start().map_err(|e| tailor_fanout::Error::Io(e.to_string()))?);
         let servers = spawn_servers(l, scheme, &timer).await?;
         let handler = Handler::new(l.handler_config(
             scheme,
@@ -713,7 +717,7 @@ pub fn worst_stall_ns(r: &RunReport) -> i64 {
 
 /// One run with the stall guard: a run with a stall ≥ [`STALL_NS`] is run
 /// again (same seed, at most twice) and counted in `stalled_runs`.
-fn run_guarded(l: &Loaded, scheme: Scheme, load: f64, j: Judging) -> Result<Probe, crate::Error> {
+fn run_guarded(l: &Loaded, scheme: Scheme, load: f64, j: Judging) -> Result<Probe, tailor_fanout::Error> {
     let mut stalled = 0;
     loop {
         let mut p = run_real(l, scheme, load, None, j.warmup, j.chunk)?;
@@ -732,7 +736,7 @@ fn run_guarded(l: &Loaded, scheme: Scheme, load: f64, j: Judging) -> Result<Prob
 }
 
 /// One judged probe: runs pooled until decided or capped.
-pub fn run_judged(l: &Loaded, scheme: Scheme, load: f64, j: Judging) -> Result<Probe, crate::Error> {
+pub fn run_judged(l: &Loaded, scheme: Scheme, load: f64, j: Judging) -> Result<Probe, tailor_fanout::Error> {
     let classes = l.slo_classes();
     let mut pooled = run_guarded(l, scheme, load, j)?;
     pooled.judge(&classes, j.confidence);
@@ -760,11 +764,11 @@ pub fn search_real(
     j: Judging,
     hint: Option<f64>,
     mut log: impl FnMut(&Probe),
-) -> Result<(f64, Vec<Probe>), crate::Error> {
+) -> Result<(f64, Vec<Probe>), tailor_fanout::Error> {
     let s = &l.cfg.search;
     let (min, max, tol) = (s.min_load, s.max_load, s.tolerance);
     let mut probes = Vec::new();
-    let mut probe = |x: f64, probes: &mut Vec<Probe>| -> Result<bool, crate::Error> {
+    let mut probe = |x: f64, probes: &mut Vec<Probe>| -> Result<bool, tailor_fanout::Error> {
         let x = on_grid(x, min, tol);
         let p = run_judged(l, scheme, x, j)?;
         log(&p);
@@ -892,7 +896,7 @@ impl Drop for TempFile {
 /// real one's, its spread included ([`HopDelay::from_measured`]). The
 /// simulated deadlines stay SLO − x_p^u(k) of the service time: the overhead
 /// shifts every deadline by the same amount, which changes no EDF order.
-pub fn sim_scenario(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) -> Result<SimScenario, crate::Error> {
+pub fn sim_scenario(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) -> Result<SimScenario, tailor_fanout::Error> {
     sim_scenario_with(l, scheme, delay, None)
 }
 
@@ -902,7 +906,7 @@ fn sim_scenario_with(
     scheme: Scheme,
     delay: Option<HopDelay>,
     admission: Option<AdmissionSpec>,
-) -> Result<SimScenario, crate::Error> {
+) -> Result<SimScenario, tailor_fanout::Error> {
     let policy = match scheme {
         Scheme::TfEdfq | Scheme::TEdfq => PolicySpec::Edf,
         Scheme::Priq => PolicySpec::Priq,
@@ -960,13 +964,13 @@ fn sim_scenario_with(
             let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let path = std::env::temp_dir().join(format!("tailor-fanout-hop-{}-{n}.txt", std::process::id()));
             std::fs::write(&path, quantile_table_ms(&h))
-                .map_err(|e| crate::Error::Io(format!("{}: {e}", path.display())))?;
+                .map_err(|e| tailor_fanout::Error::Io(format!("{}: {e}", path.display())))?;
             b = b.network(DistSpec::Empirical { file: path.clone(), scale: 1.0 }, Returns::PerTask);
             hop_table = Some(TempFile(path));
         }
         None => {}
     }
-    let loaded = b.build().map_err(|e| crate::Error::Config(format!("simulator scenario: {e}")))?;
+    let loaded = b.build().map_err(|e| tailor_fanout::Error::Config(format!("simulator scenario: {e}")))?;
     Ok(SimScenario { loaded, _hop_table: hop_table })
 }
 
@@ -974,10 +978,10 @@ fn sim_scenario_with(
 const SERVER: &str = "server";
 
 /// Max load under SLO in the simulator for one scheme (with the measured per-task overhead, if given).
-pub fn search_sim(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) -> Result<f64, crate::Error> {
+pub fn search_sim(l: &Loaded, scheme: Scheme, delay: Option<HopDelay>) -> Result<f64, tailor_fanout::Error> {
     let scenario = sim_scenario(l, scheme, delay)?;
     let results = tailor_sim::sweep::max_load(&scenario.loaded, &Overrides::default(), 1)
-        .map_err(|e| crate::Error::Config(format!("simulator: {e}")))?;
+        .map_err(|e| tailor_fanout::Error::Config(format!("simulator: {e}")))?;
     Ok(results.first().map_or(0.0, |r| r.max_utilization))
 }
 
@@ -1095,7 +1099,7 @@ pub fn run_schemes(
     pace: Pace,
     with_sim: bool,
     progress: &dyn Progress,
-) -> Result<Vec<SchemeResult>, crate::Error> {
+) -> Result<Vec<SchemeResult>, tailor_fanout::Error> {
     progress.start(l.cfg.schemes.len() as u64, &format!("{}: schemes", l.cfg.name));
     let mut lq = l.clone();
     lq.cfg.search.tolerance = pace.tolerance;
@@ -1162,12 +1166,12 @@ pub fn run_schemes(
 
 /// Runs TF-EDFQ with admission control at `offered` load and R_th, then the same in
 /// the simulator with the overhead the real run measured ([`sim_admission`]).
-pub fn run_admission(l: &Loaded, pace: Pace, r_th: f64, offered: f64) -> Result<AdmissionResult, crate::Error> {
+pub fn run_admission(l: &Loaded, pace: Pace, r_th: f64, offered: f64) -> Result<AdmissionResult, tailor_fanout::Error> {
     let a = l
         .cfg
         .admission
         .as_ref()
-        .ok_or_else(|| crate::Error::Config(format!("{}: needs an [admission] section", l.cfg.name)))?;
+        .ok_or_else(|| tailor_fanout::Error::Config(format!("{}: needs an [admission] section", l.cfg.name)))?;
     let adm = AdmissionConfig {
         r_th,
         window: AdmissionWindow::OutcomesWithin(
@@ -1231,12 +1235,12 @@ pub fn sim_admission(
     r_th: f64,
     offered: f64,
     delay: Option<HopDelay>,
-) -> Result<AdmissionResult, crate::Error> {
+) -> Result<AdmissionResult, tailor_fanout::Error> {
     let a = l
         .cfg
         .admission
         .as_ref()
-        .ok_or_else(|| crate::Error::Config(format!("{}: needs an [admission] section", l.cfg.name)))?;
+        .ok_or_else(|| tailor_fanout::Error::Config(format!("{}: needs an [admission] section", l.cfg.name)))?;
     let l = &l.for_admission();
     let admission = AdmissionSpec {
         r_th,
@@ -1251,7 +1255,8 @@ pub fn sim_admission(
         warmup: Some(SIM_ADMISSION_REQUESTS / 10),
         ..Default::default()
     };
-    let model = Model::build(&scenario.loaded, &ov).map_err(|e| crate::Error::Config(format!("simulator: {e}")))?;
+    let model =
+        Model::build(&scenario.loaded, &ov).map_err(|e| tailor_fanout::Error::Config(format!("simulator: {e}")))?;
     let rec = tailor_sim::engine::run(&model).0;
     let s = rec.summarize();
     let class_of = |name: &str, count: u64, rejected: u64, tail_ms: f64, slo_ms: f64| ClassAtOverload {
@@ -1302,12 +1307,12 @@ pub fn calibrate(
     pace: Pace,
     max_load: f64,
     progress: &dyn Progress,
-) -> Result<(Option<f64>, Vec<AdmissionResult>), crate::Error> {
+) -> Result<(Option<f64>, Vec<AdmissionResult>), tailor_fanout::Error> {
     let a = l
         .cfg
         .admission
         .clone()
-        .ok_or_else(|| crate::Error::Config(format!("{}: needs an [admission] section", l.cfg.name)))?;
+        .ok_or_else(|| tailor_fanout::Error::Config(format!("{}: needs an [admission] section", l.cfg.name)))?;
     let mut cands = a.r_th_candidates.clone();
     cands.sort_by(|x, y| y.total_cmp(x));
     let mut results = Vec::new();
