@@ -16,7 +16,7 @@ use tailor_core::rng::Rng;
 use tailor_core::tailguard::BudgetSplit;
 use tailor_core::time::Nanos;
 
-use tailor_fanout::clock::wall_ns;
+use crate::clock::wall_ns;
 use tailor_fanout::handler::{Handler, QueryError, QuerySpec, TaskTrace};
 use tailor_fanout::timer::PreciseTimer;
 
