@@ -21,23 +21,6 @@ pub use handler::{
 pub use server::{TaskServer, TaskServerConfig};
 pub use timer::PreciseTimer;
 
-/// `--name value` pairs (a later one overrides an earlier one). A misspelt or unknown
-/// flag, or one without its value, is an error naming it: silently ignoring it would run
-/// the process without the setting the caller asked for.
-pub fn flags(args: &[String], known: &[&str]) -> Result<std::collections::HashMap<String, String>, String> {
-    let mut out = std::collections::HashMap::new();
-    for pair in args.chunks(2) {
-        let name =
-            pair[0].strip_prefix("--").ok_or_else(|| format!("`{}`: expected a flag `--name value`", pair[0]))?;
-        if !known.contains(&name) {
-            return Err(format!("unknown flag --{name}; known: --{}", known.join(", --")));
-        }
-        let value = pair.get(1).ok_or_else(|| format!("--{name} needs a value"))?;
-        out.insert(name.to_string(), value.clone());
-    }
-    Ok(out)
-}
-
 /// Errors setting things up (serving errors are per query).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
