@@ -7,13 +7,17 @@
 //! yardstick from the measured arrivals, `hgrm` writes HdrHistogram's text
 //! format. `tier` is one service of the demo chain, `chain` starts N of them
 //! as processes, and `demo` runs every mode at several loads side by side and
-//! compares each with the simulator's prediction (`predict`).
+//! compares each with the simulator's prediction (`predict`). `fanout_demo` is
+//! TailGuard's fan-out benchmark (`tailor fanout demo`): the handler and task
+//! servers of `tailor-fanout` under open-loop load, judged against their SLOs
+//! and compared with the simulator.
 
 pub mod arrivals;
 pub mod chain;
 pub mod clock;
 pub mod cpuacct;
 pub mod demo;
+pub mod fanout_demo;
 pub mod hgrm;
 pub use tailor_doctor::ideal;
 pub mod loadgen;

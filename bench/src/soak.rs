@@ -4,7 +4,7 @@
 //! least-squares slope and a growth flag (`soak` binary, docs/failure-modes.md, "Soak").
 //!
 //! Processes are started by the demos' own code ([`crate::demo`] for the chain and its agent,
-//! `tailor_fanout::demo` for the task servers and the handler's configuration), so a soak runs
+//! `fanout_demo` for the task servers and the handler's configuration), so a soak runs
 //! exactly what the demos measure, only longer.
 
 use std::collections::BTreeMap;
@@ -479,7 +479,8 @@ pub struct FanoutSoak {
 
 /// Runs the fan-out soak; `say` gets one line per window.
 pub fn run_fanout(s: &FanoutSoak, mut say: impl FnMut(&str)) -> Result<SoakReport, tailor_fanout::Error> {
-    use tailor_fanout::{demo as fdemo, loadgen, Handler, PreciseTimer};
+    use crate::fanout_demo::{self as fdemo, loadgen};
+    use tailor_fanout::{Handler, PreciseTimer};
     let l = fdemo::Loaded::load(&s.config)?;
     let rt = fdemo::probe_runtime()?;
     rt.block_on(async {

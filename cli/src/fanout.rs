@@ -1,11 +1,13 @@
-//! `tailor fanout`: TailGuard on real sockets — the demo (max load under SLO per scheme, real vs simulated) and R_th calibration.
+//! `tailor fanout`: TailGuard on real sockets — the demo (max load under SLO per scheme, real vs simulated), R_th
+//! calibration, and probes of one configuration.
 
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use tailor_fanout::demo::{self, Loaded, Pace};
+use tailor_bench::fanout_demo::{self as demo, Loaded, Pace};
 use tailor_fanout::Scheme;
 
+use crate::fanout_probe;
 use crate::output::{print_json, repo_path, OutputArg};
 use crate::progress::Reporter;
 use tailor_core::Progress;
@@ -25,6 +27,38 @@ enum FanoutCommand {
     /// Pick R_th: the largest candidate that keeps every class within its SLO at
     /// `overload` × the max load (TF-EDFQ, real testbed).
     Calibrate(CalibrateArgs),
+    /// One judged real probe of a configuration at one load: per-group bounds and the slowest queries traced.
+    Probe {
+        /// Fan-out configuration (TOML).
+        config: PathBuf,
+        /// tf-edfq, t-edfq, priq or fifo.
+        #[arg(value_parser = parse_scheme)]
+        scheme: Scheme,
+        /// Load (utilization of the servers).
+        load: f64,
+    },
+    /// The simulated side alone: the scheme's max load under SLO, optionally with a per-task overhead.
+    Sim {
+        /// Fan-out configuration (TOML).
+        config: PathBuf,
+        /// tf-edfq, t-edfq, priq or fifo.
+        #[arg(value_parser = parse_scheme)]
+        scheme: Scheme,
+        /// Mean per-task overhead, µs (fixed, or lognormal with OVERHEAD_P99_US).
+        overhead_us: Option<f64>,
+        /// p99 of the per-task overhead, µs.
+        overhead_p99_us: Option<f64>,
+    },
+    /// Sequential queries (fan-outs e.g. `1,10,32`) at one load: the proportional budget split against the equal one.
+    Sequential {
+        /// Fan-out configuration (TOML).
+        config: PathBuf,
+        /// Fan-outs of the sequential steps, comma-separated.
+        #[arg(value_delimiter = ',', required = true)]
+        fanouts: Vec<u32>,
+        /// Load (utilization of the servers).
+        load: f64,
+    },
 }
 
 #[derive(Args)]
@@ -103,6 +137,11 @@ pub fn main(args: FanoutArgs) -> Result<(), String> {
     match args.command {
         FanoutCommand::Demo(a) => run_demo(a),
         FanoutCommand::Calibrate(a) => run_calibrate(a),
+        FanoutCommand::Probe { config, scheme, load } => fanout_probe::probe(&config, scheme, load),
+        FanoutCommand::Sim { config, scheme, overhead_us, overhead_p99_us } => {
+            fanout_probe::sim(&config, scheme, overhead_us, overhead_p99_us)
+        }
+        FanoutCommand::Sequential { config, fanouts, load } => fanout_probe::sequential(&config, fanouts, load),
     }
 }
 
@@ -286,4 +325,8 @@ fn run_calibrate(a: CalibrateArgs) -> Result<(), String> {
         None => println!("no R_th candidate holds the SLOs at overload (max load {max:.3}); try smaller candidates"),
     }
     Ok(())
+}
+
+fn parse_scheme(s: &str) -> Result<Scheme, String> {
+    Scheme::parse(s)
 }

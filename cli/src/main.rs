@@ -7,6 +7,7 @@ mod benchproxy;
 mod demo;
 mod doctor;
 mod fanout;
+mod fanout_probe;
 mod ladder;
 mod node;
 mod output;

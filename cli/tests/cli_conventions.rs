@@ -50,6 +50,9 @@ fn every_command_has_help_with_a_description() {
         &["bench", "ladder"],
         &["fanout", "demo"],
         &["fanout", "calibrate"],
+        &["fanout", "probe"],
+        &["fanout", "sim"],
+        &["fanout", "sequential"],
         &["node", "run"],
         &["node", "supervise"],
         &["node", "safe-mode"],
@@ -93,6 +96,8 @@ fn bad_flags_and_values_are_errors_naming_the_flag() {
         (&["bench", "ladder", "--server", "memcached"], "invalid value 'memcached' for '--server <SERVER>'"),
         (&["sim", "--log-format", "xml"], "invalid value 'xml' for '--log-format <FORMAT>'"),
         (&["fanout", "demo", "--r-th", "high"], "invalid value 'high' for '--r-th <R_TH>'"),
+        (&["fanout", "probe", "x.toml", "tf-edfq", "high"], "invalid value 'high' for '<LOAD>'"),
+        (&["fanout", "sim", "x.toml", "edf"], "for '<SCHEME>'"),
         (&["reproduce", "--quick", "--publish"], "'--quick' cannot be used with '--publish'"),
         (&["completions", "tcsh"], "invalid value 'tcsh' for '<SHELL>'"),
     ] {

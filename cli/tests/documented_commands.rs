@@ -230,10 +230,10 @@ fn the_extraction_finds_commands_and_synopses() {
     let (bin, args) = command("sudo target/release/tailor agent --table /dev/shm/x &").unwrap();
     assert_eq!((bin.as_str(), args.as_slice()), ("tailor", &["agent", "--table", "/dev/shm/x"].map(String::from)[..]));
     let (bin, args) =
-        command("cargo run --release -p tailor-fanout --bin tailor-fanout -- probe cfg.toml tf-edfq 0.3   # judged")
+        command("cargo run --release -p tailor-fanout --bin tailor-fanout -- servers --count 2   # two servers")
             .unwrap();
     assert_eq!(bin, "tailor-fanout");
-    assert_eq!(args, ["probe", "cfg.toml", "tf-edfq", "0.3"]);
+    assert_eq!(args, ["servers", "--count", "2"]);
     let (_, args) = command("tailor node plan --demand-cpus 1.5 > node.toml").unwrap();
     assert_eq!(args, ["node", "plan", "--demand-cpus", "1.5"]);
     assert!(command("helm template tailor deploy/helm/tailor").is_none());

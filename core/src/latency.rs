@@ -20,7 +20,7 @@
 //! Nothing here reads a clock: windows rotate on the `now` the caller passes.
 
 use crate::dist::Cdf;
-use crate::time::{Nanos, NEVER};
+use crate::time::{to_millis_f64, Nanos, NEVER};
 
 /// log2 of the sub-buckets per power of two.
 const SUB_BITS: u32 = 7;
@@ -417,6 +417,43 @@ impl WindowedLatency {
     /// Weight recorded in the window as of the last `advance`/`record`.
     pub fn count(&self) -> f64 {
         self.subs.iter().map(|s| s.count()).sum()
+    }
+}
+
+// === sorted samples ===
+
+/// Nearest-rank quantile of sorted values: the value at rank ⌈p·n⌉ (1-based).
+pub fn quantile_sorted(sorted: &[Nanos], p: f64) -> Nanos {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// Summary of a latency sample in milliseconds: mean, nearest-rank p50/p90/p99/p99.9, max.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Percentiles {
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    pub fn of_sorted(sorted: &[Nanos]) -> Self {
+        let mean =
+            if sorted.is_empty() { 0.0 } else { sorted.iter().map(|&x| x as f64).sum::<f64>() / sorted.len() as f64 };
+        Percentiles {
+            mean: mean / 1e6,
+            p50: to_millis_f64(quantile_sorted(sorted, 0.50)),
+            p90: to_millis_f64(quantile_sorted(sorted, 0.90)),
+            p99: to_millis_f64(quantile_sorted(sorted, 0.99)),
+            p999: to_millis_f64(quantile_sorted(sorted, 0.999)),
+            max: sorted.last().map_or(0.0, |&x| to_millis_f64(x)),
+        }
     }
 }
 

@@ -2,8 +2,8 @@
 //! the measured arrivals to the G/G/c FIFO recursion, and compare percentiles.
 
 use serde::Serialize;
+use tailor_core::latency::Percentiles;
 use tailor_core::Nanos;
-use tailor_sim::metrics::Percentiles;
 
 use crate::ideal::ggc_fifo_latencies;
 use crate::records::Record;

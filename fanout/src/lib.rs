@@ -4,19 +4,12 @@
 //! - `metrics`: the Prometheus families both services serve on `GET /metrics`.
 //! - [`server`]: task servers that queue by a core policy and emulate a shard.
 //! - [`timer`]: the precise timer thread the emulated service times run on.
-//! - [`loadgen`]: an open-loop Poisson driver and the per-run report.
-//! - [`judge`]: a group's p99 against its SLO with an order-statistic confidence bound.
-//! - [`demo`]: max load under SLO per scheme, real and simulated side by side;
-//!   the R_th calibration; the sequential-request budget split.
 //!
 //! Decisions (deadlines, queue order, admission) are core's: the same
 //! `Planner`, `AdmissionController` and policies the simulator runs.
 
 pub mod clock;
-pub mod demo;
 pub mod handler;
-pub mod judge;
-pub mod loadgen;
 mod metrics;
 pub mod server;
 pub mod service;
@@ -27,23 +20,6 @@ pub use handler::{
 };
 pub use server::{TaskServer, TaskServerConfig};
 pub use timer::PreciseTimer;
-
-/// `--name value` pairs (a later one overrides an earlier one). A misspelt or unknown
-/// flag, or one without its value, is an error naming it: silently ignoring it would run
-/// the process without the setting the caller asked for.
-pub fn flags(args: &[String], known: &[&str]) -> Result<std::collections::HashMap<String, String>, String> {
-    let mut out = std::collections::HashMap::new();
-    for pair in args.chunks(2) {
-        let name =
-            pair[0].strip_prefix("--").ok_or_else(|| format!("`{}`: expected a flag `--name value`", pair[0]))?;
-        if !known.contains(&name) {
-            return Err(format!("unknown flag --{name}; known: --{}", known.join(", --")));
-        }
-        let value = pair.get(1).ok_or_else(|| format!("--{name} needs a value"))?;
-        out.insert(name.to_string(), value.clone());
-    }
-    Ok(out)
-}
 
 /// Errors setting things up (serving errors are per query).
 #[derive(Debug, thiserror::Error)]

@@ -171,7 +171,6 @@ fn an_unknown_valueless_or_invalid_flag_is_an_error_naming_it() {
             &["handler", "--servers", "127.0.0.1:1", "--reject-late", "yes"][..],
             "invalid value 'yes' for '--reject-late",
         ),
-        (&["probe", "x.toml", "tf-edfq", "high"][..], "invalid value 'high' for '<LOAD>'"),
         (
             &["handler", "--servers", "127.0.0.1:1", "--r-th", "0.1", "--admission-window", "days"][..],
             "invalid value 'days' for '--admission-window",

@@ -13,7 +13,8 @@ pub mod builder;
 pub mod engine;
 pub mod metrics;
 pub mod model;
-pub mod plot;
+// The SVG plots live in their own crate so the node agent can draw without the simulator.
+pub use tailor_plot as plot;
 pub mod report;
 pub mod reproduce;
 pub mod scenario;

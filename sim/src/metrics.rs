@@ -228,14 +228,9 @@ fn pct_of(part: u64, whole: u64) -> f64 {
     }
 }
 
-/// Nearest-rank quantile of sorted values: the value at rank ⌈p·n⌉ (1-based).
-pub fn quantile_sorted(sorted: &[Nanos], p: f64) -> Nanos {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
+// Percentiles are core's (`tailor_core::latency`) so that crates that only summarise
+// measured latencies (the doctor) need not link the simulator.
+pub use tailor_core::latency::{quantile_sorted, Percentiles};
 
 fn quantile_ms(sorted: &[Nanos], p: f64) -> f64 {
     to_millis_f64(quantile_sorted(sorted, p))
@@ -348,31 +343,6 @@ pub struct Summary {
 pub struct ConfidenceIntervals {
     pub mean_ms: [f64; 2],
     pub p99_ms: [f64; 2],
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Percentiles {
-    pub mean: f64,
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub p999: f64,
-    pub max: f64,
-}
-
-impl Percentiles {
-    pub fn of_sorted(sorted: &[Nanos]) -> Self {
-        let mean =
-            if sorted.is_empty() { 0.0 } else { sorted.iter().map(|&x| x as f64).sum::<f64>() / sorted.len() as f64 };
-        Percentiles {
-            mean: mean / 1e6,
-            p50: quantile_ms(sorted, 0.50),
-            p90: quantile_ms(sorted, 0.90),
-            p99: quantile_ms(sorted, 0.99),
-            p999: quantile_ms(sorted, 0.999),
-            max: sorted.last().map_or(0.0, |&x| to_millis_f64(x)),
-        }
-    }
 }
 
 #[derive(Clone, Debug, Serialize)]

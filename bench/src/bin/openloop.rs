@@ -14,7 +14,6 @@ use tailor_bench::arrivals::poisson;
 use tailor_bench::loadgen::{self, LoadgenConfig, Plan};
 use tailor_bench::memcache_load::{self, MemcacheConfig};
 use tailor_bench::record::{records_csv, summarize};
-use tailor_fanout::flags;
 
 const USAGE: &str =
     "usage: openloop http URL|memcached ADDR --rate R --seconds S [--seed N] [--out FILE] [--connections C]";
@@ -80,4 +79,21 @@ fn run(args: &[String]) -> Result<(), String> {
         })
     );
     Ok(())
+}
+
+/// `--name value` pairs (a later one overrides an earlier one). A misspelt or unknown
+/// flag, or one without its value, is an error naming it: silently ignoring it would run
+/// the process without the setting the caller asked for.
+fn flags(args: &[String], known: &[&str]) -> Result<std::collections::HashMap<String, String>, String> {
+    let mut out = std::collections::HashMap::new();
+    for pair in args.chunks(2) {
+        let name =
+            pair[0].strip_prefix("--").ok_or_else(|| format!("`{}`: expected a flag `--name value`", pair[0]))?;
+        if !known.contains(&name) {
+            return Err(format!("unknown flag --{name}; known: --{}", known.join(", --")));
+        }
+        let value = pair.get(1).ok_or_else(|| format!("--{name} needs a value"))?;
+        out.insert(name.to_string(), value.clone());
+    }
+    Ok(out)
 }

@@ -7,7 +7,6 @@
 //! tailor-fanout servers --count 2 --policy edf --service-fixed-ms 50
 //! tailor-fanout handler --servers 127.0.0.1:4001,127.0.0.1:4002 --scheme tf-edfq \
 //!     --slo-ms 100 --offline-fixed-ms 50 [--min-samples N] [--queuing central] [--r-th 0.05 --window-ms 2000]
-//! tailor-fanout probe fanout/configs/masstree-two-class.toml tf-edfq 0.4
 //! ```
 //!
 //! Each process prints `listening <addr>` once per socket it serves, then
@@ -17,7 +16,6 @@
 
 use std::io::BufRead;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,12 +26,11 @@ use tailor_core::dist::Scaled;
 use tailor_core::policy::PolicySpec;
 use tailor_core::tailguard::{AdmissionWindow, SloClass};
 use tailor_core::time::from_millis_f64;
-use tailor_fanout::demo;
 use tailor_fanout::handler::{AdmissionConfig, HandlerConfig, Queuing, Scheme};
 use tailor_fanout::{service, Handler, PreciseTimer, TaskServer, TaskServerConfig};
 use tailor_telemetry::LogFormat;
 
-/// TailGuard's fan-out services as separate processes, and probes of one configuration.
+/// TailGuard's fan-out services as separate processes (probes of a configuration: `tailor fanout probe|sim|sequential`).
 #[derive(Parser)]
 #[command(name = "tailor-fanout", version)]
 struct Cli {
@@ -52,38 +49,6 @@ enum Command {
     // A flag given twice takes its last value (harnesses append overrides to a base command line).
     #[command(args_override_self = true)]
     Handler(HandlerArgs),
-    /// One judged real probe of a configuration at one load: per-group bounds and the slowest queries traced.
-    Probe {
-        /// Fan-out configuration (TOML).
-        config: PathBuf,
-        /// tf-edfq, t-edfq, priq or fifo.
-        #[arg(value_parser = parse_scheme)]
-        scheme: Scheme,
-        /// Load (utilization of the servers).
-        load: f64,
-    },
-    /// The simulated side alone: the scheme's max load under SLO, optionally with a per-task overhead.
-    Sim {
-        /// Fan-out configuration (TOML).
-        config: PathBuf,
-        /// tf-edfq, t-edfq, priq or fifo.
-        #[arg(value_parser = parse_scheme)]
-        scheme: Scheme,
-        /// Mean per-task overhead, µs (fixed, or lognormal with OVERHEAD_P99_US).
-        overhead_us: Option<f64>,
-        /// p99 of the per-task overhead, µs.
-        overhead_p99_us: Option<f64>,
-    },
-    /// Sequential queries (fan-outs e.g. `1,10,32`) at one load: the proportional budget split against the equal one.
-    Sequential {
-        /// Fan-out configuration (TOML).
-        config: PathBuf,
-        /// Fan-outs of the sequential steps, comma-separated.
-        #[arg(value_delimiter = ',', required = true)]
-        fanouts: Vec<u32>,
-        /// Load (utilization of the servers).
-        load: f64,
-    },
 }
 
 /// Queue order at the task servers.
@@ -201,11 +166,6 @@ fn main() {
     let result = match cli.command {
         Command::Servers(a) => servers(&a),
         Command::Handler(a) => handler(&a),
-        Command::Probe { config, scheme, load } => probe(&config, scheme, load),
-        Command::Sim { config, scheme, overhead_us, overhead_p99_us } => {
-            sim(&config, scheme, overhead_us, overhead_p99_us)
-        }
-        Command::Sequential { config, fanouts, load } => sequential(&config, fanouts, load),
     };
     if let Err(e) = result {
         eprintln!("tailor-fanout: {e}");
@@ -320,139 +280,4 @@ fn handler(a: &HandlerArgs) -> Result<(), String> {
         tokio::task::spawn_blocking(wait_for_stdin_close).await.map_err(|e| e.to_string())?;
         Ok(())
     })
-}
-
-fn probe(config: &Path, scheme: Scheme, load: f64) -> Result<(), String> {
-    let l = demo::Loaded::load(config).map_err(|e| e.to_string())?;
-    let pace = demo::Pace::of(&l, false);
-    let p = demo::run_judged(&l, scheme, load, pace.judging()).map_err(|e| e.to_string())?;
-    let classes = l.slo_classes();
-    println!("{} load {:.3}: {}", scheme.name(), load, p.describe(&classes, pace.confidence));
-    println!(
-        "  offered {} completed {} errors {} dropped {} miss% {:.2} timer p99 late {} us overhead mean {:.0} p99 {} us dispatch mean {:.0} p99 {} us",
-        p.report.offered,
-        p.report.completed(),
-        p.report.errors,
-        p.report.dropped,
-        p.tasks_missed_pct,
-        p.timer_p99_late_ns / 1000,
-        p.overhead.mean_ns / 1e3,
-        p.overhead.p99_ns / 1000,
-        p.overhead.dispatch_mean_ns / 1e3,
-        p.overhead.dispatch_p99_ns / 1000
-    );
-    let ms = |x: Option<u64>| x.map_or("—".to_string(), |v| format!("{:.2}", v as f64 / 1e6));
-    for ((c, k), j) in &p.groups {
-        println!(
-            "  class {c} k {k:>2}: n {:>6} p99 {:>6} ms, {:.0}% bounds [{}, {}] (SLO {:.1} ms, design effect {:.1}): {:?}",
-            j.n,
-            ms(Some(j.point_ns)),
-            pace.confidence * 100.0,
-            ms(j.lower_ns),
-            ms(j.upper_ns),
-            classes[*c as usize].slo_ns as f64 / 1e6,
-            j.design_effect,
-            j.verdict
-        );
-    }
-    // The slowest queries of each class: where their time went (the slowest task's timeline).
-    let ms = |ns: i64| ns as f64 / 1e6;
-    for (ci, c) in classes.iter().enumerate() {
-        let mut all: Vec<(u32, demo::QueryTrace)> = p
-            .report
-            .groups
-            .iter()
-            .filter(|(&(cl, _), _)| cl as usize == ci)
-            .flat_map(|(&(_, k), g)| g.traces.iter().map(move |t| (k, *t)))
-            .collect();
-        all.sort_by_key(|(_, t)| std::cmp::Reverse(t.latency_ns));
-        println!(
-            "  class {ci} slowest (SLO {:.1} ms): latency = start late + to send + dispatch + queue + service + return + merge, ms",
-            c.slo_ns as f64 / 1e6
-        );
-        for (k, t) in all.iter().take(6) {
-            let s = &t.slowest;
-            println!(
-                "    k {k:>2} {:>6.2} = {:.2} + {:.2} + {:.2} + {:.2} + {:.2} (draw {:.3} ms unscaled, server {}) + {:.2} + {:.2}",
-                ms(t.latency_ns as i64),
-                ms(t.start_late_ns),
-                ms(t.to_send_ns),
-                ms(s.dispatch_ns()),
-                ms(s.queue_ns()),
-                ms(s.service_ns as i64),
-                s.service_ns as f64 / 1e6 / l.cfg.time_scale,
-                s.server,
-                ms(s.return_ns()),
-                ms(t.merge_ns)
-            );
-        }
-    }
-    Ok(())
-}
-
-/// `sim CONFIG SCHEME [OVERHEAD_US [OVERHEAD_P99_US]]`: the simulated side alone, optionally with a
-/// per-task overhead (mean; with a p99, lognormal per hop as the demo's [`demo::HopDelay`], else fixed).
-fn sim(config: &Path, scheme: Scheme, overhead_us: Option<f64>, extra_p99: Option<f64>) -> Result<(), String> {
-    let l = demo::Loaded::load(config).map_err(|e| e.to_string())?;
-    let delay = match (overhead_us, extra_p99) {
-        (Some(m), Some(p99)) => {
-            // A lognormal per hop with half the given mean and p99 (Φ⁻¹(0.99) = 2.326), as a table.
-            let (mean, q) = (m * 1e3 / 2.0, p99 * 1e3 / 2.0);
-            let z = 2.326_347_874f64;
-            let sigma = z - (z * z - 2.0 * (q / mean).max(1.0).ln()).max(0.0).sqrt();
-            let mu = mean.ln() - sigma * sigma / 2.0;
-            let mut h = tailor_core::latency::LatencyHistogram::new();
-            let mut rng = tailor_core::rng::Rng::new(1);
-            for _ in 0..200_000 {
-                h.record((mu + sigma * rng.normal()).exp() as u64);
-            }
-            Some(demo::HopDelay::Measured(Arc::new(h)))
-        }
-        (Some(m), None) => Some(demo::HopDelay::fixed_total(m * 1e3)),
-        _ => None,
-    };
-    let max = demo::search_sim(&l, scheme, delay).map_err(|e| e.to_string())?;
-    println!("{} simulated max load {max:.3}", scheme.name());
-    Ok(())
-}
-
-/// Requests of sequential queries (fan-outs e.g. `1,10,32`) at one load: the
-/// proportional budget split against the equal one, side by side.
-fn sequential(config: &Path, ks: Vec<u32>, load: f64) -> Result<(), String> {
-    use tailor_core::tailguard::BudgetSplit;
-    let l = demo::Loaded::load(config).map_err(|e| e.to_string())?;
-    let s = &l.cfg.search;
-    for split in [BudgetSplit::Equal, BudgetSplit::Proportional] {
-        let p = demo::run_real_with(
-            &l,
-            Scheme::TfEdfq,
-            load,
-            None,
-            Duration::from_secs_f64(s.warmup_s),
-            Duration::from_secs_f64(s.measure_s),
-            Some((ks.clone(), split)),
-        )
-        .map_err(|e| e.to_string())?;
-        let classes = l.slo_classes();
-        let per: Vec<String> = p
-            .report
-            .groups
-            .iter()
-            .map(|(&(c, _), g)| {
-                let slo = classes[c as usize];
-                format!(
-                    "class {c}: n {} p99 {:.2} ms / SLO {:.1} ms",
-                    g.latencies_ns.len(),
-                    g.quantile(slo.p) as f64 / 1e6,
-                    slo.slo_ns as f64 / 1e6
-                )
-            })
-            .collect();
-        println!(
-            "{split:?} split, requests {ks:?} at load {load:.2}: {} | task miss {:.2}%",
-            per.join(" | "),
-            p.tasks_missed_pct
-        );
-    }
-    Ok(())
 }

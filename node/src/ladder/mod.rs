@@ -438,7 +438,7 @@ pub fn table(report: &LadderReport) -> String {
 
 /// SVG: p50 and p99 per arm against the number of spinners.
 pub fn plot(report: &LadderReport) -> String {
-    use tailor_sim::plot::{line_plot_styled, Line, Series};
+    use tailor_plot::{line_plot_styled, Line, Series};
     let mut series = Vec::new();
     for arm in ["stock", "enforcing"] {
         for (style, f) in

@@ -17,8 +17,8 @@ use tailor_core::tailguard::BudgetSplit;
 use tailor_core::time::Nanos;
 
 use crate::clock::wall_ns;
-use crate::handler::{Handler, QueryError, QuerySpec, TaskTrace};
-use crate::timer::PreciseTimer;
+use tailor_fanout::handler::{Handler, QueryError, QuerySpec, TaskTrace};
+use tailor_fanout::timer::PreciseTimer;
 
 /// What queries look like: classes and fan-outs with their weights.
 #[derive(Clone, Debug)]
