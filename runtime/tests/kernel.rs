@@ -403,6 +403,31 @@ fn thousands_of_short_jobs_leave_no_priority_behind() {
     eprintln!("tight loop: {stats:?}\n  agent {report:?}");
 }
 
+/// `orf-adaptive` in the agent: windows go to the helper thread and are decided there
+/// while jobs keep flowing; the helper stops with the agent, whose own policy is restored.
+#[test]
+fn orf_adaptive_decides_on_the_agent_helper_thread() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    require_kernel!();
+    let path = table_path("adaptive");
+    let _file = TableFile(path.clone());
+    let policy = PolicySpec::OrfAdaptive { c_max: 8, slice_us: 500.0, window_jobs: 40 };
+    let agent = InProcessAgent::start(agent_config(&path, policy));
+    let sched = scheduler(BackendSpec::kernel(&path));
+    let (leftovers, seen) = leftovers_after_tight_loop(&sched, 2_000, 1_000);
+    assert_eq!(leftovers, 0, "jobs left a priority behind: {seen:?}");
+    let stats = sched.stats();
+    let report = agent.stop();
+    assert_eq!((stats.errors, stats.completed), (0, 2_000), "{stats:?}");
+    assert_eq!(report.errors, 0, "{report:?}");
+    let a = report.adaptive;
+    // 2,000 jobs, a third of them blocking once: about 2,700 visits in windows of 10, 20,
+    // then 40.
+    assert!(a.windows >= 30, "windows were cut and handed over: {a:?}");
+    assert!(a.decided >= 1 && a.decided + a.dropped <= a.windows, "{a:?}");
+    eprintln!("adaptive agent: {report:?}");
+}
+
 /// A pool thread created while the band saturates its CPU must be able to register at
 /// once. Its spawner is an I/O thread (SCHED_FIFO above the band, reset on fork), so
 /// the new thread starts at SCHED_OTHER; before the spawner raised it, it waited for
