@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use tailor_core::policy::adaptive::{Decider, Window};
 use tailor_core::policy::{AnyPolicy, Job, JobId, Policy};
 use tailor_core::Nanos;
 
@@ -115,6 +116,32 @@ impl Driver {
         self.settle(now);
     }
 
+    /// `orf-adaptive`: takes the controller's decider out, so that a completed window waits
+    /// for [`take_window`](Self::take_window) instead of being decided inside the policy
+    /// call (core's `AdaptiveC::detach_decider`). `None` for any other policy.
+    pub fn detach_decider(&mut self) -> Option<Decider> {
+        match &mut self.policy {
+            AnyPolicy::Orf(orf) => orf.controller_mut()?.detach_decider(),
+            _ => None,
+        }
+    }
+
+    /// `orf-adaptive` with its decider detached: the window cut since the last call.
+    pub fn take_window(&mut self) -> Option<Window> {
+        match &mut self.policy {
+            AnyPolicy::Orf(orf) => orf.controller_mut()?.take_window(),
+            _ => None,
+        }
+    }
+
+    /// `orf`: a new `c` (a detached decider's choice) from `now` on.
+    pub fn set_c(&mut self, now: Nanos, c: usize) {
+        if let AnyPolicy::Orf(orf) = &mut self.policy {
+            orf.set_c(now, c);
+            self.settle(now);
+        }
+    }
+
     pub fn next_tick(&self) -> Option<Nanos> {
         self.policy.next_tick()
     }
@@ -143,7 +170,13 @@ impl Driver {
         // A copy of the policy alone (the agent asks on every pass while jobs wait): the
         // driver's own bookkeeping would only matter if the started job were blocked or
         // done already, and such a job is no successor anyway.
-        let mut copy = self.policy.clone();
+        // An adaptive controller stays out of the copy: copying its records on every pass,
+        // and deciding a window the copy's completion would close, cost the agent time
+        // above the band for an answer that does not depend on them.
+        let mut copy = match &self.policy {
+            AnyPolicy::Orf(orf) => AnyPolicy::Orf(orf.clone_without_controller()),
+            other => other.clone(),
+        };
         copy.complete(now, id);
         let after = copy.running();
         let stayed = before.iter().flatten().filter(|&&j| j != id).all(|j| after.contains(&Some(*j)));

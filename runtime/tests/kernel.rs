@@ -569,13 +569,34 @@ fn a_job_waking_on_a_full_node_waits_asleep_and_is_handed_the_cpu() {
 fn a_full_node_with_short_blocking_calls_finishes_every_job() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     require_kernel!();
-    let path = table_path("churn");
-    let _file = TableFile(path.clone());
     let cpus = tailor_runtime::available_cpus();
-    let agent = InProcessAgent::start(AgentConfig {
-        cpus,
-        ..agent_config(&path, PolicySpec::Orf { c: cpus, slice_us: 500.0 })
-    });
+    let report = full_node_churn("churn", cpus, PolicySpec::Orf { c: cpus, slice_us: 500.0 });
+    assert!(report.handoffs > 0, "a full node hands CPUs on: {report:?}");
+}
+
+/// `orf-adaptive` in the agent: under the same churn, windows go to the helper thread and
+/// are decided there while jobs keep flowing; the helper stops with the agent, whose own
+/// policy is restored (`InProcessAgent::stop` checks).
+#[test]
+fn orf_adaptive_decides_on_the_agent_helper_thread() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    require_kernel!();
+    let cpus = tailor_runtime::available_cpus();
+    let policy = PolicySpec::OrfAdaptive { c_max: 8, slice_us: 500.0, window_jobs: 40 };
+    let a = full_node_churn("adaptive", cpus, policy).adaptive;
+    // 6 jobs per CPU × 300, each leaving the policy twice (block, completion): thousands of
+    // visits in windows of 10, 20, then 40.
+    assert!(a.windows >= 30, "windows were cut and handed over: {a:?}");
+    assert!(a.decided >= 1 && a.decided + a.dropped <= a.windows, "{a:?}");
+}
+
+/// Runs 3 threads per CPU of 300 jobs each (100 µs of CPU, a 50 µs blocking call, 100 µs
+/// of CPU) under an agent running `policy` on `cpus` CPUs; checks every job finished with
+/// its thread's policy restored and no errors, and returns the agent's report.
+fn full_node_churn(name: &str, cpus: usize, policy: PolicySpec) -> AgentReport {
+    let path = table_path(name);
+    let _file = TableFile(path.clone());
+    let agent = InProcessAgent::start(AgentConfig { cpus, ..agent_config(&path, policy) });
     let sched = scheduler(BackendSpec::kernel(&path));
     let (threads, jobs) = (3 * cpus, 300);
     let next_gat = Arc::new(AtomicUsize::new(1));
@@ -606,10 +627,10 @@ fn a_full_node_with_short_blocking_calls_finishes_every_job() {
     }
     let stats = sched.stats();
     let report = agent.stop();
-    eprintln!("churn: {stats:?}\n  agent {report:?}");
+    eprintln!("{name}: {stats:?}\n  agent {report:?}");
     assert_eq!(stats.completed, (threads * jobs) as u64, "{stats:?}");
     assert_eq!((stats.errors, stats.fallbacks, report.errors), (0, 0, 0), "{stats:?} {report:?}");
-    assert!(report.handoffs > 0, "a full node hands CPUs on: {report:?}");
+    report
 }
 
 // ---- Key ordering (`tailor agent --enforce priority`): jobs take SCHED_FIFO levels from

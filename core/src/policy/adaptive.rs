@@ -28,6 +28,13 @@
 //! - **Start.** The first window is a quarter of `window`, each next one twice as long up to
 //!   `window`: a first decision after a few hundred jobs.
 //!
+//! - **Where it runs.** The observation is a few map and deque operations per event. The
+//!   decision (one replay per candidate) is milliseconds of CPU per window. By default it runs
+//!   inside the policy call that completes a window, so the simulator stays deterministic. A
+//!   scheduler that must not stall (the runtime's kernel agent, above its band) detaches the
+//!   [`Decider`], decides each [`Window`] on another thread and applies the choice with
+//!   [`Orf::set_c`](super::Orf::set_c): same code, same decisions, a little later.
+//!
 //! Candidates are 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, … up to `c_max`, as pool capacities
 //! `max(c, cpus)` (below the core count every `c` behaves the same, see `orf`), so on 3
 //! CPUs they are 3, 4, 6, 8, …. The controller starts at the smallest: global FCFS.
@@ -78,8 +85,60 @@ struct Open {
 }
 
 /// The controller; see the module docs. [`Orf`](super::Orf) owns one when built adaptive.
+///
+/// Two halves: the observer (cheap, on every policy event) cuts completed windows; the
+/// [`Decider`] replays them (expensive). Attached, the decider runs inside the event that
+/// completes a window, so a simulation is deterministic. A scheduler whose policy calls must
+/// stay short (the runtime's kernel agent) detaches it ([`AdaptiveC::detach_decider`]), takes
+/// each window with [`AdaptiveC::take_window`], decides elsewhere and applies the result with
+/// [`Orf::set_c`](super::Orf::set_c).
 #[derive(Clone, Debug)]
 pub struct AdaptiveC {
+    window: usize,
+    open: HashMap<JobId, Open>,
+    /// Records in arrival order; `records[0]` has index `first`.
+    records: VecDeque<Record>,
+    first: u64,
+    /// Windows cut so far (decided inline or handed out).
+    cut: u64,
+    /// `None` once detached: windows wait in `pending` for `take_window`.
+    decider: Option<Decider>,
+    /// The last window cut while detached and not yet taken.
+    pending: Option<Window>,
+    /// Windows cut while detached that were replaced by a newer one before being taken.
+    overwritten: u64,
+}
+
+/// A window of completed job visits in arrival order, ready for a [`Decider`].
+#[derive(Clone, Debug)]
+pub struct Window {
+    /// Its number among the windows of one observer, from 0.
+    seq: u64,
+    jobs: Vec<Record>,
+}
+
+impl Window {
+    /// Its number among the windows of one controller, from 0: a gap means windows were
+    /// dropped, and the decider does not use the previous one as this one's warm-up.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Job visits in the window.
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+}
+
+/// The decision half of the controller: replays each window under every candidate
+/// capacity and keeps the choice (see the module docs). Deterministic: the same windows
+/// give the same decisions.
+#[derive(Clone, Debug)]
+pub struct Decider {
     cpus: usize,
     window: usize,
     /// Candidate pool capacities, ascending and distinct.
@@ -89,12 +148,10 @@ pub struct AdaptiveC {
     /// Per candidate, the largest replayed ages of each of the last `POOLED_WINDOWS`
     /// windows, descending, with the window's job count: enough to give the p99 of their union.
     tails: Vec<VecDeque<Tail>>,
-    open: HashMap<JobId, Open>,
-    /// Records in arrival order; `records[0]` has index `first`.
-    records: VecDeque<Record>,
-    first: u64,
     /// The previous window's last quarter: replayed first, not measured.
     warm: Vec<Record>,
+    /// The number of the last window decided.
+    last_seq: Option<u64>,
     windows: u64,
     switches: u64,
     /// Each candidate's pooled p99 at the last decision (what the choice was made on).
@@ -106,19 +163,144 @@ impl AdaptiveC {
     /// completed jobs (the first windows shorter, see `FIRST_WINDOW_DIVISOR`).
     pub fn new(cpus: usize, c_max: usize, window: usize) -> Self {
         assert!(cpus > 0 && c_max > 0 && window > 0);
+        AdaptiveC {
+            window,
+            open: HashMap::new(),
+            records: VecDeque::new(),
+            first: 0,
+            cut: 0,
+            decider: Some(Decider::new(cpus, c_max, window)),
+            pending: None,
+            overwritten: 0,
+        }
+    }
+
+    /// The decider while attached (`None` once detached).
+    pub fn decider(&self) -> Option<&Decider> {
+        self.decider.as_ref()
+    }
+
+    /// Takes the decider out: from now on a completed window waits for
+    /// [`take_window`](Self::take_window) instead of being decided inside the policy call.
+    /// `None` if it was detached already.
+    pub fn detach_decider(&mut self) -> Option<Decider> {
+        self.decider.take()
+    }
+
+    /// The window cut since the last call, if any (detached only).
+    pub fn take_window(&mut self) -> Option<Window> {
+        self.pending.take()
+    }
+
+    /// Windows cut while detached and replaced by a newer one before anyone took them.
+    pub fn overwritten(&self) -> u64 {
+        self.overwritten
+    }
+
+    /// The pool capacity the decider chose (attached), `max(c, cpus)`.
+    pub fn cap(&self) -> Option<usize> {
+        self.decider.as_ref().map(Decider::cap)
+    }
+
+    /// Windows evaluated so far (attached; 0 once detached).
+    pub fn windows(&self) -> u64 {
+        self.decider.as_ref().map_or(0, Decider::windows)
+    }
+
+    /// Each candidate's pooled p99 at the last decision (attached; empty once detached).
+    pub fn pooled_p99s(&self) -> &[Nanos] {
+        self.decider.as_ref().map_or(&[], Decider::pooled_p99s)
+    }
+
+    /// Times the capacity changed (attached; 0 once detached).
+    pub fn switches(&self) -> u64 {
+        self.decider.as_ref().map_or(0, Decider::switches)
+    }
+
+    /// The candidate capacities, ascending (attached; empty once detached).
+    pub fn ladder(&self) -> &[usize] {
+        self.decider.as_ref().map_or(&[], Decider::ladder)
+    }
+
+    /// A job entered the policy (arrival or wake-up) at `now`.
+    pub fn arrived(&mut self, now: Nanos, job: &Job) {
+        let record = self.first + self.records.len() as u64;
+        self.records.push_back(Record { arrive: now, gat: job.gat, service: None });
+        self.open.insert(job.id, Open { record, attained: 0 });
+        if self.records.len() > MAX_OPEN_FACTOR * self.window {
+            // Something never finishes: forget the oldest record so memory stays bounded.
+            if let Some(r) = self.records.pop_front() {
+                if r.service.is_none() {
+                    self.open.retain(|_, o| o.record != self.first);
+                }
+            }
+            self.first += 1;
+        }
+    }
+
+    /// A job was on a CPU for `ran` and was preempted.
+    pub fn ran(&mut self, id: JobId, ran: Nanos) {
+        if let Some(o) = self.open.get_mut(&id) {
+            o.attained += ran;
+        }
+    }
+
+    /// A job left the policy (completion or block) after its last `ran` on a CPU. Returns
+    /// the new pool capacity when this completes a window and the (attached) decider's
+    /// choice changes.
+    pub fn left(&mut self, id: JobId, ran: Nanos) -> Option<usize> {
+        let o = self.open.remove(&id)?;
+        if let Some(at) = o.record.checked_sub(self.first) {
+            if let Some(r) = self.records.get_mut(at as usize) {
+                r.service = Some(o.attained + ran);
+            }
+        }
+        let size = next_window(self.window, self.cut);
+        let ready = self.records.iter().take(size).take_while(|r| r.service.is_some()).count();
+        if ready < size {
+            return None;
+        }
+        let window = Window { seq: self.cut, jobs: self.records.drain(..size).collect() };
+        self.first += size as u64;
+        self.cut += 1;
+        match &mut self.decider {
+            Some(d) => d.decide(&window),
+            None => {
+                self.overwritten += u64::from(self.pending.replace(window).is_some());
+                None
+            }
+        }
+    }
+}
+
+/// Jobs in window number `cut`: `window / FIRST_WINDOW_DIVISOR`, doubling up to `window`.
+fn next_window(window: usize, cut: u64) -> usize {
+    let mut size = (window / FIRST_WINDOW_DIVISOR).max(1);
+    for _ in 0..cut {
+        if size >= window {
+            break;
+        }
+        size *= 2;
+    }
+    size.min(window)
+}
+
+impl Decider {
+    /// A decider for `cpus` CPUs choosing `c` in `[1, c_max]` on windows of up to `window`
+    /// jobs. It starts at the smallest candidate: global FCFS.
+    pub fn new(cpus: usize, c_max: usize, window: usize) -> Self {
+        assert!(cpus > 0 && c_max > 0 && window > 0);
         let mut ladder: Vec<usize> = candidates(c_max).map(|c| c.max(cpus)).collect();
         ladder.dedup();
         let n = ladder.len();
-        AdaptiveC {
+        Decider {
             cpus,
             window,
             ladder,
             current: 0,
             tails: vec![VecDeque::new(); n],
-            open: HashMap::new(),
-            records: VecDeque::new(),
-            first: 0,
             warm: Vec::new(),
+            last_seq: None,
             windows: 0,
             switches: 0,
             pooled: vec![0; n],
@@ -151,65 +333,19 @@ impl AdaptiveC {
         self.switches
     }
 
-    /// A job entered the policy (arrival or wake-up) at `now`.
-    pub fn arrived(&mut self, now: Nanos, job: &Job) {
-        let record = self.first + self.records.len() as u64;
-        self.records.push_back(Record { arrive: now, gat: job.gat, service: None });
-        self.open.insert(job.id, Open { record, attained: 0 });
-        if self.records.len() > MAX_OPEN_FACTOR * self.window {
-            // Something never finishes: forget the oldest record so memory stays bounded.
-            if let Some(r) = self.records.pop_front() {
-                if r.service.is_none() {
-                    self.open.retain(|_, o| o.record != self.first);
-                }
-            }
-            self.first += 1;
+    /// Replays `window` under every candidate and updates the choice; returns the new pool
+    /// capacity when it changes. A window that does not follow the last one decided (some
+    /// were dropped) is replayed without a warm-up.
+    pub fn decide(&mut self, window: &Window) -> Option<usize> {
+        if self.last_seq.is_some_and(|s| window.seq != s + 1) {
+            self.warm.clear();
         }
-    }
-
-    /// A job was on a CPU for `ran` and was preempted.
-    pub fn ran(&mut self, id: JobId, ran: Nanos) {
-        if let Some(o) = self.open.get_mut(&id) {
-            o.attained += ran;
-        }
-    }
-
-    /// A job left the policy (completion or block) after its last `ran` on a CPU. Returns
-    /// the new pool capacity when this completes a window and the decision changes.
-    pub fn left(&mut self, id: JobId, ran: Nanos) -> Option<usize> {
-        let o = self.open.remove(&id)?;
-        if let Some(at) = o.record.checked_sub(self.first) {
-            if let Some(r) = self.records.get_mut(at as usize) {
-                r.service = Some(o.attained + ran);
-            }
-        }
-        let size = self.next_window();
-        let ready = self.records.iter().take(size).take_while(|r| r.service.is_some()).count();
-        if ready < size {
+        self.last_seq = Some(window.seq);
+        let batch = &window.jobs;
+        if batch.is_empty() {
             return None;
         }
-        let batch: Vec<Record> = self.records.drain(..size).collect();
-        self.first += size as u64;
         let before = self.current;
-        self.decide(&batch);
-        self.warm = batch[batch.len() - batch.len() / 4..].to_vec();
-        (self.current != before).then(|| self.cap())
-    }
-
-    /// Jobs in the next window: `window / FIRST_WINDOW_DIVISOR`, doubling up to `window`.
-    fn next_window(&self) -> usize {
-        let mut size = (self.window / FIRST_WINDOW_DIVISOR).max(1);
-        for _ in 0..self.windows {
-            if size >= self.window {
-                break;
-            }
-            size *= 2;
-        }
-        size.min(self.window)
-    }
-
-    /// Replays a window under every candidate and updates the choice.
-    fn decide(&mut self, batch: &[Record]) {
         self.windows += 1;
         let jobs: Vec<Record> = self.warm.iter().chain(batch).copied().collect();
         // The union of k windows has at most k·W ages; its p99 is among the top k·W/100 + 1,
@@ -229,6 +365,8 @@ impl AdaptiveC {
             self.current = target;
             self.switches += 1;
         }
+        self.warm = batch[batch.len() - batch.len() / 4..].to_vec();
+        (self.current != before).then(|| self.cap())
     }
 }
 
@@ -411,7 +549,8 @@ mod tests {
         let mut p = Orf::adaptive(cpus, c_max, 30_000, window);
         let mut caps = Vec::new();
         let mut windows = 0;
-        let mut sink = Recorder { inner: &mut p, caps: &mut caps, windows: &mut windows, pooled: &mut Vec::new() };
+        let mut sink =
+            Recorder { inner: &mut p, caps: &mut caps, windows: &mut windows, pooled: &mut Vec::new(), detached: None };
         serve(&mut sink, jobs);
         (caps, p)
     }
@@ -423,6 +562,39 @@ mod tests {
         windows: &'a mut u64,
         /// Each window's pooled p99s.
         pooled: &'a mut Vec<Vec<Nanos>>,
+        /// The decider detached from `inner`'s controller, run after every event that may
+        /// cut a window, as the runtime's helper thread does (there a little later).
+        detached: Option<Detached>,
+    }
+
+    struct Detached {
+        decider: Decider,
+        /// Leave this window in the controller (a lagging helper).
+        skip: Option<u64>,
+    }
+
+    impl Recorder<'_> {
+        fn after_leave(&mut self, now: Nanos) {
+            if let Some(d) = &mut self.detached {
+                let a = self.inner.controller_mut().expect("adaptive");
+                if a.pending.as_ref().is_some_and(|w| Some(w.seq()) == d.skip) {
+                    return;
+                }
+                if let Some(w) = a.take_window() {
+                    if let Some(cap) = d.decider.decide(&w) {
+                        self.inner.set_c(now, cap);
+                    }
+                    self.caps.push(self.inner.cap());
+                }
+                return;
+            }
+            let a = self.inner.controller().expect("adaptive");
+            if a.windows() > *self.windows {
+                *self.windows = a.windows();
+                self.caps.push(self.inner.cap());
+                self.pooled.push(a.pooled_p99s().to_vec());
+            }
+        }
     }
 
     impl Policy for Recorder<'_> {
@@ -433,19 +605,15 @@ mod tests {
             self.inner.arrive(now, job)
         }
         fn block(&mut self, now: Nanos, id: JobId) {
-            self.inner.block(now, id)
+            self.inner.block(now, id);
+            self.after_leave(now)
         }
         fn wake(&mut self, now: Nanos, job: Job) {
             self.inner.wake(now, job)
         }
         fn complete(&mut self, now: Nanos, id: JobId) {
             self.inner.complete(now, id);
-            let a = self.inner.controller().expect("adaptive");
-            if a.windows() > *self.windows {
-                *self.windows = a.windows();
-                self.caps.push(self.inner.cap());
-                self.pooled.push(a.pooled_p99s().to_vec());
-            }
+            self.after_leave(now)
         }
         fn tick(&mut self, now: Nanos) {
             self.inner.tick(now)
@@ -532,7 +700,13 @@ mod tests {
                 let mut caps = Vec::new();
                 let mut windows = 0;
                 let mut pooled = Vec::new();
-                let mut rec = Recorder { inner: &mut p, caps: &mut caps, windows: &mut windows, pooled: &mut pooled };
+                let mut rec = Recorder {
+                    inner: &mut p,
+                    caps: &mut caps,
+                    windows: &mut windows,
+                    pooled: &mut pooled,
+                    detached: None,
+                };
                 let done = serve(&mut rec, &jobs);
                 println!("adaptive true p99 {:.1}", p99(&jobs, &done));
                 for (w, (cap, p99s)) in caps.iter().zip(&pooled).enumerate() {
@@ -570,6 +744,42 @@ mod tests {
         }
     }
 
+    /// Detached, the decider run between policy calls on each window taken gives the same
+    /// decisions and the same schedule as the controller deciding inline; a window not
+    /// taken before the next one is cut is counted and the next is decided cold.
+    #[test]
+    fn a_detached_decider_fed_every_window_decides_as_the_attached_one() {
+        let jobs = workload(&bimodal(), 0.8, 3, 12_000, 5);
+        let (inline_caps, _) = caps_over_time(&jobs, 3, 32, 1000);
+        let inline_done = serve(&mut Orf::adaptive(3, 32, 30_000, 1000), &jobs);
+        let detached = |skip: Option<u64>| {
+            let mut p = Orf::adaptive(3, 32, 30_000, 1000);
+            let decider = p.controller_mut().unwrap().detach_decider().expect("attached at first");
+            assert!(p.controller_mut().unwrap().detach_decider().is_none(), "detached once");
+            let (mut caps, mut windows, mut pooled) = (Vec::new(), 0, Vec::new());
+            let mut rec = Recorder {
+                inner: &mut p,
+                caps: &mut caps,
+                windows: &mut windows,
+                pooled: &mut pooled,
+                detached: Some(Detached { decider, skip }),
+            };
+            let done = serve(&mut rec, &jobs);
+            let decider = rec.detached.take().unwrap().decider;
+            (done, caps, decider, p.controller().unwrap().overwritten())
+        };
+        let (done, caps, decider, overwritten) = detached(None);
+        assert_eq!(caps, inline_caps);
+        assert_eq!(done, inline_done);
+        assert!(decider.switches() >= 1, "{caps:?}");
+        assert_eq!(overwritten, 0);
+
+        // Leave window 3 untaken: window 4 replaces it (counted), and is decided cold.
+        let (_, _, decider, overwritten) = detached(Some(3));
+        assert_eq!(overwritten, 1);
+        assert_eq!(decider.windows() as usize, inline_caps.len() - 1);
+    }
+
     #[test]
     fn candidates_climb_in_steps_of_a_half_and_stop_at_c_max() {
         assert_eq!(candidates(32).collect::<Vec<_>>(), [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]);
@@ -581,14 +791,9 @@ mod tests {
 
     #[test]
     fn the_first_windows_are_shorter_and_double_up_to_the_window() {
-        let mut a = AdaptiveC::new(3, 64, 2000);
-        let mut sizes = Vec::new();
-        for _ in 0..5 {
-            sizes.push(a.next_window());
-            a.windows += 1;
-        }
+        let sizes: Vec<usize> = (0..5).map(|cut| next_window(2000, cut)).collect();
         assert_eq!(sizes, [500, 1000, 2000, 2000, 2000]);
-        assert_eq!(AdaptiveC::new(3, 64, 3).next_window(), 1);
+        assert_eq!(next_window(3, 0), 1);
     }
 
     #[test]

@@ -232,15 +232,50 @@ impl Orf {
     /// ORF whose `c` an online controller tunes within `[1, c_max]`, re-deciding every
     /// `window` completed jobs (see [`AdaptiveC`]). It starts as global FCFS.
     pub fn adaptive(cpus: usize, c_max: usize, slice: Nanos, window: usize) -> Self {
-        let controller = AdaptiveC::new(cpus, c_max, window);
-        let mut p = Orf::new(cpus, controller.cap(), slice);
-        p.adapt = Some(Box::new(controller));
+        // The controller starts at its smallest candidate, c = 1: global FCFS.
+        let mut p = Orf::new(cpus, 1, slice);
+        p.adapt = Some(Box::new(AdaptiveC::new(cpus, c_max, window)));
         p
     }
 
     /// The adaptive controller, if `c` is adaptive.
     pub fn controller(&self) -> Option<&AdaptiveC> {
         self.adapt.as_deref()
+    }
+
+    /// The adaptive controller, if `c` is adaptive: to detach its decider and take its
+    /// windows (see [`AdaptiveC::detach_decider`]).
+    pub fn controller_mut(&mut self) -> Option<&mut AdaptiveC> {
+        self.adapt.as_deref_mut()
+    }
+
+    /// Sets `c` at `now` (a detached decider's choice, see [`AdaptiveC`]): pool capacity
+    /// `max(c, cpus)`, at least 1.
+    pub fn set_c(&mut self, now: Nanos, c: usize) {
+        self.set_cap(now, c.max(1));
+    }
+
+    /// A copy without the adaptive controller: for asking "what would happen if …" of a
+    /// copy on every scheduling pass (the runtime's hand-off successor), where copying the
+    /// controller's records, or a window closing in the copy, would cost the caller time
+    /// and change nothing the question needs.
+    pub fn clone_without_controller(&self) -> Orf {
+        Orf {
+            cap: self.cap,
+            slice: self.slice,
+            running: self.running.clone(),
+            slots: self.slots.clone(),
+            slice_end: self.slice_end.clone(),
+            idle: self.idle,
+            rr: self.rr.clone(),
+            heap: self.heap.clone(),
+            pool: self.pool.clone(),
+            marked: self.marked,
+            seq: self.seq,
+            dispatches: self.dispatches,
+            expired: self.expired.clone(),
+            adapt: None,
+        }
     }
 
     /// Moves the pool capacity (the adaptive controller's decision): a smaller pool evicts

@@ -20,6 +20,7 @@ use tailor_core::{Nanos, PolicySpec};
 
 use super::agent_stats::AgentStats;
 use super::by_key::KeyAgent;
+use super::decisions::{DecisionReport, DecisionThread};
 use super::identity::Processes;
 use super::nspid::{self, Resolver};
 use super::sys::{self, ThreadPolicy};
@@ -122,6 +123,8 @@ pub struct AgentReport {
     /// Jobs whose thread the agent could not find in the host's numbering (see `nspid`):
     /// never written, they ran at their own policy.
     pub unresolved: u64,
+    /// `orf-adaptive`: the decisions on the helper thread (see `decisions`); zeros otherwise.
+    pub adaptive: DecisionReport,
 }
 
 impl AgentReport {
@@ -246,6 +249,7 @@ pub fn run_agent_with_stats(
             return truncated_or(&table, agent.report);
         }
         let mut agent = Agent::new(&table, Driver::new(policy), Resolver::new(own_pid_ns));
+        agent.start_decisions()?;
         h.agent_pid.store(std::process::id(), Ordering::Relaxed);
         h.fast_limit.store(fast_limit(&cfg.policy, cfg.cpus), Ordering::SeqCst);
         h.agent_state.store(table::AGENT_RUNNING, Ordering::Release);
@@ -255,6 +259,7 @@ pub fn run_agent_with_stats(
         h.agent_state.store(table::AGENT_STOPPED, Ordering::Release);
         stats.stopped();
         agent.restore_all();
+        agent.stop_decisions();
         truncated_or(&table, agent.report)
     });
     let _ = sys::set_policy(0, original);
@@ -304,6 +309,8 @@ struct Agent<'t> {
     resolver: Resolver,
     /// Slot → generation of a job whose thread could not be resolved (tried once).
     unresolved: HashMap<usize, u64>,
+    /// `orf-adaptive`: the helper thread its decisions run on.
+    decisions: Option<DecisionThread>,
 }
 
 impl<'t> Agent<'t> {
@@ -321,6 +328,25 @@ impl<'t> Agent<'t> {
             processes: Processes::default(),
             resolver,
             unresolved: HashMap::new(),
+            decisions: None,
+        }
+    }
+
+    /// `orf-adaptive`: moves the controller's decisions to a helper thread at normal
+    /// priority (see `decisions`); the loop keeps only the cheap observation.
+    fn start_decisions(&mut self) -> Result<(), RuntimeError> {
+        if let Some(decider) = self.driver.detach_decider() {
+            let thread = DecisionThread::with_decider(decider)
+                .map_err(|e| RuntimeError::Io { what: "starting the adaptive-c helper thread".into(), source: e })?;
+            self.decisions = Some(thread);
+        }
+        Ok(())
+    }
+
+    /// Stops the helper thread (after a decision in progress) and reports what it did.
+    fn stop_decisions(&mut self) {
+        if let Some(d) = self.decisions.take() {
+            self.report.adaptive = d.stop();
         }
     }
 
@@ -338,6 +364,11 @@ impl<'t> Agent<'t> {
                 self.driver.tick(now);
                 if self.trace {
                     tracing::trace!(t = now, running = ?self.driver.running(), "tick");
+                }
+            }
+            if let Some(d) = &mut self.decisions {
+                if let Some(cap) = d.exchange(&mut self.driver, now) {
+                    tracing::debug!(cap, "adaptive c: new pool capacity");
                 }
             }
             if now >= next_reap {

@@ -31,6 +31,7 @@
 pub mod agent;
 pub mod agent_stats;
 mod by_key;
+mod decisions;
 mod identity;
 pub mod nspid;
 pub mod supervise;
@@ -47,6 +48,7 @@ use tailor_core::Context;
 
 pub use agent::{preflight, run_agent, run_agent_with_stats, stop_on_signals, AgentConfig, AgentReport, Enforce};
 pub use agent_stats::AgentStats;
+pub use decisions::DecisionReport;
 use sys::ThreadPolicy;
 use table::Table;
 
