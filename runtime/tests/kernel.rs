@@ -398,10 +398,26 @@ fn thousands_of_short_jobs_leave_no_priority_behind() {
         let (start, (leftovers, seen)) = t.join().unwrap();
         assert_eq!(leftovers, 0, "thread starting at {}: jobs left a priority behind: {seen:?}", start.describe());
     }
+    // The loops' jobs last microseconds: on a loaded machine the agent may catch none of
+    // them running. One job that waits until the agent has raised it proves the promotion
+    // path ran (and it too must leave nothing behind).
+    let before = sys::get_policy(0).unwrap();
+    let raised = sched.run(&Context::stamped(10_000_000), |_| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while sys::get_policy(0).unwrap().base() != libc::SCHED_FIFO {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        true
+    });
+    assert!(raised, "the agent never raised a job that waited 10 s for it: {}", sched.describe());
+    assert_eq!(sys::get_policy(0).unwrap(), before, "the waiting job left a priority behind");
     let stats = sched.stats();
     let report = agent.stop();
     assert_eq!(stats.errors, 0, "{stats:?}");
-    assert_eq!(stats.completed, 6_000 + 4 * 2_500, "{stats:?}");
+    assert_eq!(stats.completed, 6_000 + 4 * 2_500 + 1, "{stats:?}");
     assert_eq!(report.errors, 0, "{report:?}");
     assert!(report.promotions > 0, "the agent did promote jobs: {report:?} {stats:?} {}", sched.describe());
     eprintln!("tight loop: {stats:?}\n  agent {report:?}");
