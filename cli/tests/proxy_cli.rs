@@ -3,27 +3,16 @@
 //! signing, egress, ordering under contention, shedding, reload, drain and /metrics.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// A child process killed (by its pid) when the test ends, also on failure.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod common;
+use common::proxy_proc::{free_port, metric, proxy, tmpdir, Proc};
 
 fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 fn python() -> Option<String> {
@@ -42,42 +31,6 @@ fn upstream() -> (Proc, u16) {
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let port = line.trim().strip_prefix("READY ").expect("READY line").parse().unwrap();
     (Proc(child), port)
-}
-
-struct Tmp(PathBuf);
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn tmpdir(name: &str) -> Tmp {
-    let dir = std::env::temp_dir().join(format!("tailor-proxy-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    Tmp(dir)
-}
-
-/// Runs `tailor proxy <mode> --config <file>` and waits until its admin port answers /readyz.
-fn proxy(mode: &str, config: &Path, admin: u16) -> Proc {
-    let child = Command::new(env!("CARGO_BIN_EXE_tailor"))
-        .args(["proxy", mode, "--config"])
-        .arg(config)
-        .spawn()
-        .expect("start tailor proxy");
-    let mut p = Proc(child);
-    let start = Instant::now();
-    loop {
-        if let Ok(r) = get(admin, "/readyz", &[]) {
-            if r.status == 200 {
-                return p;
-            }
-        }
-        if let Ok(Some(status)) = p.0.try_wait() {
-            panic!("tailor proxy {mode} exited early: {status}");
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "proxy {mode} never became ready");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 struct Resp {
@@ -132,20 +85,9 @@ fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Resp>
     request_on(&mut s, path, headers, true)
 }
 
-/// The value of the metric line starting with `name` (including labels).
-fn metric(admin: u16, name: &str) -> f64 {
-    let text = get(admin, "/metrics", &[]).unwrap().body;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')).map(|v| v.parse().unwrap()))
-        .unwrap_or_else(|| panic!("no metric {name} in\n{text}"))
-}
-
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+/// Waits until `cond` holds, for at most 10 s.
+fn wait_for(what: &str, cond: impl FnMut() -> bool) {
+    common::proxy_proc::wait_for(what, Duration::from_secs(10), cond);
 }
 
 /// The field `key` (e.g. `g`) of an encoded context.
@@ -359,10 +301,6 @@ fn sheds_expired_unmeetable_and_overflowing_requests_with_a_reason() {
     assert_eq!(metric(admin, "tailor_proxy_queue_length"), 0.0);
 }
 
-fn signal(p: &Proc, sig: &str) {
-    assert!(Command::new("kill").args([sig, &p.0.id().to_string()]).status().unwrap().success());
-}
-
 #[test]
 fn reload_keeps_connections_and_drain_finishes_requests_in_progress() {
     let tmp = tmpdir("reload");
@@ -375,19 +313,19 @@ fn reload_keeps_connections_and_drain_finishes_requests_in_progress() {
     let mut conn = TcpStream::connect(("127.0.0.1", listen)).unwrap();
     assert_eq!(request_on(&mut conn, "/echo", &[], false).unwrap().status, 200);
     sidecar_config(&tmp.0, "s", listen, up, admin, "c = 3");
-    signal(&s, "-HUP");
+    s.signal("-HUP");
     wait_for("the new limit", || metric(admin, "tailor_proxy_concurrency_limit") == 3.0);
     assert_eq!(request_on(&mut conn, "/echo", &[], false).unwrap().status, 200, "same connection after reload");
     // A broken config is reported and the running one kept.
     std::fs::write(&cfg, "listen = 1").unwrap();
-    signal(&s, "-HUP");
+    s.signal("-HUP");
     assert_eq!(request_on(&mut conn, "/echo", &[], false).unwrap().status, 200);
     assert_eq!(metric(admin, "tailor_proxy_concurrency_limit"), 3.0);
     drop(conn);
 
     let slow = work(listen, "slow", 400, None);
     wait_for("the slow request to be inside", || metric(admin, "tailor_proxy_in_flight") == 1.0);
-    signal(&s, "-TERM");
+    s.signal("-TERM");
     assert_eq!(slow.join().unwrap().status, 200, "a request in progress finishes during the drain");
     let start = Instant::now();
     let status = loop {

@@ -9,10 +9,9 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::net::{SocketAddr, TcpStream};
 use std::pin::Pin;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -27,26 +26,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tailor_telemetry::testing::{sample_value, scrape_metrics, Promtool};
 
-/// A child process killed (by its pid) when the test ends, also on failure.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-struct Tmp(PathBuf);
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+mod common;
+use common::proxy_proc::{admin_get, free_port, metric, proxy, tmpdir};
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -156,45 +137,6 @@ async fn tls_upstream(config: Arc<rustls::ServerConfig>) -> u16 {
     port
 }
 
-/// Plain HTTP/1.1 GET on the admin port.
-fn admin_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port)))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)?;
-    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    Ok((status, text))
-}
-
-fn metric(admin: u16, name: &str) -> f64 {
-    let text = admin_get(admin, "/metrics").unwrap().1;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')).map(|v| v.parse().unwrap()))
-        .unwrap_or_else(|| panic!("no metric {name} in\n{text}"))
-}
-
-/// Runs `tailor proxy <mode> --config <file>` and waits until its admin port answers /readyz.
-fn proxy(mode: &str, config: &Path, admin: u16) -> Proc {
-    let child = Command::new(env!("CARGO_BIN_EXE_tailor"))
-        .args(["proxy", mode, "--config"])
-        .arg(config)
-        .spawn()
-        .expect("start tailor proxy");
-    let mut p = Proc(child);
-    let start = Instant::now();
-    loop {
-        if admin_get(admin, "/readyz").is_ok_and(|(status, _)| status == 200) {
-            return p;
-        }
-        if let Ok(Some(status)) = p.0.try_wait() {
-            panic!("tailor proxy {mode} exited early: {status}");
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "proxy {mode} never became ready");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The certificate a new TLS connection to `port` is served with.
 async fn served_certificate(port: u16, ca_pem: &str) -> Vec<u8> {
     let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(ca_pem, &[b"http/1.1"])));
@@ -207,15 +149,9 @@ fn der(cert_pem: &str) -> Vec<u8> {
     CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap().to_vec()
 }
 
-fn sighup(p: &Proc) {
-    let ok = Command::new("kill").args(["-HUP", &p.0.id().to_string()]).status().unwrap().success();
-    assert!(ok, "kill -HUP");
-}
-
 #[test]
 fn tls_on_every_hop_with_reload_and_failures() {
-    let dir = Tmp(std::env::temp_dir().join(format!("tailor-proxy-tls-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = tmpdir("tls");
     let ca = Ca::new("tailor test CA");
     let ca_pem = ca.cert.pem();
     let (server_pem, server_key) = ca.leaf();
@@ -359,7 +295,7 @@ fn tls_on_every_hop_with_reload_and_failures() {
         let (new_pem, new_key) = ca.leaf();
         write("server.pem", &new_pem);
         write("server.key", &new_key);
-        sighup(&edge_proc);
+        edge_proc.signal("-HUP");
         let start = Instant::now();
         while served_certificate(edge, &ca_pem).await != der(&new_pem) {
             assert!(start.elapsed() < Duration::from_secs(10), "the new certificate is never served");
@@ -369,7 +305,7 @@ fn tls_on_every_hop_with_reload_and_failures() {
 
         // A key that does not match: the reload is refused, the running certificate kept.
         write("server.key", &ca.leaf().1);
-        sighup(&edge_proc);
+        edge_proc.signal("-HUP");
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(served_certificate(edge, &ca_pem).await, der(&new_pem));
         assert_eq!(open.send_request(get()).await.unwrap().status(), 200);

@@ -247,6 +247,14 @@ pub struct Limits {
     /// An admitted request's body must arrive within this long (a slow client cannot hold
     /// a slot for ever): 408 (`tailor-error: body_timeout`). 0: no limit (long gRPC streams).
     pub body_read_timeout_ms: u64,
+    /// Once the upstream's response headers arrived, the longest it may go without sending
+    /// more of its body (an upstream that stalls mid-body): the response is cut off
+    /// (`upstream_body_timeout`; gRPC gets `DEADLINE_EXCEEDED` trailers). 0: no limit.
+    pub upstream_body_timeout_ms: u64,
+    /// The longest a client may go without taking any of the response the proxy is
+    /// writing to it (a client that stops reading): the connection is closed and the
+    /// request leaves the gate. 0: no limit.
+    pub client_write_timeout_ms: u64,
     /// Request line and headers at most (HTTP/1.1; the HTTP/2 header list): beyond it 431.
     pub max_header_bytes: usize,
     /// Request body at most: beyond it 413 (`tailor-error: body_too_large`).
@@ -262,6 +270,8 @@ impl Default for Limits {
             upstream_timeout_ms: 30_000,
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 30_000,
+            upstream_body_timeout_ms: 30_000,
+            client_write_timeout_ms: 30_000,
             max_header_bytes: 65_536,
             max_body_bytes: 8 << 20,
             max_connections: 10_000,
@@ -270,10 +280,12 @@ impl Default for Limits {
 }
 
 /// The keys of `[limits]`, which older configs had at the top level.
-const LIMIT_KEYS: [&str; 6] = [
+const LIMIT_KEYS: [&str; 8] = [
     "upstream_timeout_ms",
     "header_read_timeout_ms",
     "body_read_timeout_ms",
+    "upstream_body_timeout_ms",
+    "client_write_timeout_ms",
     "max_header_bytes",
     "max_body_bytes",
     "max_connections",
@@ -294,6 +306,16 @@ impl Limits {
     /// `None`: no limit.
     pub fn body_read_timeout(&self) -> Option<Duration> {
         (self.body_read_timeout_ms > 0).then(|| Duration::from_millis(self.body_read_timeout_ms))
+    }
+
+    /// `None`: no limit.
+    pub fn upstream_body_timeout(&self) -> Option<Duration> {
+        (self.upstream_body_timeout_ms > 0).then(|| Duration::from_millis(self.upstream_body_timeout_ms))
+    }
+
+    /// `None`: no limit.
+    pub fn client_write_timeout(&self) -> Option<Duration> {
+        (self.client_write_timeout_ms > 0).then(|| Duration::from_millis(self.client_write_timeout_ms))
     }
 
     /// The first key that is out of range, with the fix.

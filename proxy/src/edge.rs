@@ -15,7 +15,7 @@ use tailor_core::Context;
 use tailor_runtime::cpu::{monotonic_ns, realtime_ns};
 
 use crate::config::{Balance, Edge, Order, RouteConfig};
-use crate::forward::{declared_too_large, failed, guarded, plain, shed_response, Body, Upstreams};
+use crate::forward::{declared_too_large, failed, guarded, plain, shed_response, Body, BodyWatch, Upstreams};
 use crate::gate::{Gate, GateConfig};
 use crate::headers;
 use crate::metrics::GateView;
@@ -191,7 +191,7 @@ pub async fn handle(state: Arc<EdgeState>, shared: Shared, mut req: Request<Inco
         Ok(mut response) => {
             metrics.upstream_latency.observe(monotonic_ns() - admitted);
             headers::strip_response(response.headers_mut());
-            guarded(response, move |_| {
+            guarded(response, BodyWatch::new(&limits, grpc, metrics), move |_| {
                 backend.outstanding.fetch_sub(1, Relaxed);
                 if let Some(t) = ticket {
                     t.finish(monotonic_ns() - admitted);

@@ -23,6 +23,8 @@ drain_timeout_ms = 10000       # SIGTERM waits this long for requests in progres
 upstream_timeout_ms = 30000    # response headers from the upstream within this, else 504 (tailor-error: upstream_timeout)
 header_read_timeout_ms = 10000 # a request head within this (slowloris), else the connection is closed
 body_read_timeout_ms = 30000   # an admitted request's body within this, else 408 (body_timeout); 0: none
+upstream_body_timeout_ms = 30000 # the upstream's body may pause this long at most, else it is cut off; 0: none
+client_write_timeout_ms = 30000  # a client that takes none of its response this long is closed; 0: none
 max_header_bytes = 65536       # request head at most (>= 8192), else 431
 max_body_bytes = 8388608       # request body at most, else 413 (tailor-error: body_too_large)
 max_connections = 10000        # open client connections per listener; beyond it 503 (tailor-shed: connection_limit)
@@ -68,6 +70,8 @@ drain_timeout_ms = 10000
 upstream_timeout_ms = 30000
 header_read_timeout_ms = 10000
 body_read_timeout_ms = 30000
+upstream_body_timeout_ms = 30000
+client_write_timeout_ms = 30000
 max_header_bytes = 65536
 max_body_bytes = 8388608
 max_connections = 10000

@@ -22,6 +22,7 @@ use hyper_util::rt::TokioExecutor;
 use crate::config::Limits;
 use crate::gate::ShedReason;
 use crate::headers::{ERROR_HEADER, SHED_HEADER};
+use crate::metrics::Metrics;
 use crate::tls::{self, ClientTls};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -43,14 +44,16 @@ pub struct RequestBody {
     inner: Incoming,
     left: u64,
     limit: u64,
-    timeout: Option<(std::time::Duration, Pin<Box<tokio::time::Sleep>>)>,
+    /// The limit, its deadline, and the timer for it, made the first time the body has to
+    /// be waited for (most requests have none, or all of it at once).
+    timeout: Option<(std::time::Duration, tokio::time::Instant, Option<Pin<Box<tokio::time::Sleep>>>)>,
     /// When the whole body had been handed on (the upstream's time starts then).
     sent: Arc<OnceLock<Instant>>,
 }
 
 impl RequestBody {
     pub fn new(inner: Incoming, max_bytes: u64, timeout: Option<std::time::Duration>) -> RequestBody {
-        let timeout = timeout.map(|t| (t, Box::pin(tokio::time::sleep(t))));
+        let timeout = timeout.map(|t| (t, tokio::time::Instant::now() + t, None));
         let body = RequestBody { inner, left: max_bytes, limit: max_bytes, timeout, sent: Arc::default() };
         body.mark_if_sent();
         body
@@ -85,7 +88,8 @@ impl HttpBody for RequestBody {
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
             Poll::Pending => {
-                if let Some((t, sleep)) = &mut this.timeout {
+                if let Some((t, deadline, sleep)) = &mut this.timeout {
+                    let sleep = sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(*deadline)));
                     if sleep.as_mut().poll(cx).is_ready() {
                         return Poll::Ready(Some(Err(BodyError::TimedOut(t.as_millis()).into())));
                     }
@@ -120,6 +124,10 @@ pub enum UpstreamError {
     /// The connection closed or was reset before the response (the upstream died).
     #[error("the upstream closed the connection: {0}")]
     Closed(BoxError),
+    /// The upstream sent its response headers, then no more of its body within
+    /// `upstream_body_timeout_ms` (it stalled mid-body); the response is cut off.
+    #[error("the upstream sent none of the rest of its response body within upstream_body_timeout_ms ({0} ms)")]
+    BodyStalled(u128),
     /// The client's body broke a limit while it was relayed.
     #[error("{0}")]
     Body(BodyError),
@@ -133,6 +141,7 @@ impl UpstreamError {
             UpstreamError::Tls(_) => "upstream_tls",
             UpstreamError::Timeout(_) => "upstream_timeout",
             UpstreamError::Closed(_) => "upstream_closed",
+            UpstreamError::BodyStalled(_) => "upstream_body_timeout",
             UpstreamError::Body(BodyError::TooLarge(_)) => "body_too_large",
             UpstreamError::Body(BodyError::TimedOut(_)) => "body_timeout",
         }
@@ -148,7 +157,7 @@ impl UpstreamError {
             UpstreamError::Connect(_) | UpstreamError::Tls(_) | UpstreamError::Closed(_) => {
                 (StatusCode::BAD_GATEWAY, 14)
             }
-            UpstreamError::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, 4),
+            UpstreamError::Timeout(_) | UpstreamError::BodyStalled(_) => (StatusCode::GATEWAY_TIMEOUT, 4),
             UpstreamError::Body(BodyError::TooLarge(_)) => (StatusCode::PAYLOAD_TOO_LARGE, 8),
             UpstreamError::Body(BodyError::TimedOut(_)) => (StatusCode::REQUEST_TIMEOUT, 4),
         }
@@ -344,23 +353,79 @@ pub fn plain(status: StatusCode, body: impl Into<String>) -> Response<Body> {
     r
 }
 
+/// How a relayed response body is watched: at most `stall_timeout` without a frame from
+/// the upstream; a stall is counted in `metrics` and, on gRPC, ends the call with
+/// `DEADLINE_EXCEEDED` trailers.
+#[derive(Clone)]
+pub struct BodyWatch {
+    pub stall_timeout: Option<std::time::Duration>,
+    pub grpc: bool,
+    pub metrics: Arc<Metrics>,
+}
+
+impl BodyWatch {
+    pub fn new(limits: &Limits, grpc: bool, metrics: &Arc<Metrics>) -> BodyWatch {
+        BodyWatch { stall_timeout: limits.upstream_body_timeout(), grpc, metrics: metrics.clone() }
+    }
+}
+
 /// A response body that runs `on_end` once, when it ends or is dropped (client gone):
 /// the request leaves the gate and its upstream only when the whole response is relayed.
+/// An upstream that sends no frame for the watch's stall timeout ends it too: HTTP gets
+/// an error (hyper cuts the response off: HTTP/1.1 closes the connection, HTTP/2 resets
+/// the stream), gRPC gets trailers with `DEADLINE_EXCEEDED` and `tailor-error`.
 pub struct Guarded<F: FnOnce(bool) + Send + Unpin> {
     inner: Incoming,
     on_end: Option<F>,
+    watch: BodyWatch,
+    /// Armed while the upstream's next frame is awaited; allocated the first time it is.
+    stall: Option<Pin<Box<tokio::time::Sleep>>>,
+    stall_armed: bool,
+    stalled: bool,
 }
 
 impl<F: FnOnce(bool) + Send + Unpin> Guarded<F> {
-    /// `on_end(true)` when the body ended normally, `on_end(false)` when it failed or was dropped.
-    pub fn new(inner: Incoming, on_end: F) -> Self {
-        Guarded { inner, on_end: Some(on_end) }
+    /// `on_end(true)` when the body ended normally, `on_end(false)` when it failed, stalled
+    /// or was dropped.
+    pub fn new(inner: Incoming, watch: BodyWatch, on_end: F) -> Self {
+        Guarded { inner, on_end: Some(on_end), watch, stall: None, stall_armed: false, stalled: false }
     }
 
     fn end(&mut self, ok: bool) {
         if let Some(f) = self.on_end.take() {
             f(ok);
         }
+    }
+
+    /// Whether the stall timer, armed now if it was not, has fired.
+    fn stall_fired(&mut self, cx: &mut TaskContext<'_>) -> bool {
+        let Some(limit) = self.watch.stall_timeout else { return false };
+        let timer = self.stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        if !self.stall_armed {
+            timer.as_mut().reset(tokio::time::Instant::now() + limit);
+            self.stall_armed = true;
+        }
+        timer.as_mut().poll(cx).is_ready()
+    }
+
+    /// The upstream stalled: count it, give the slot back, end the response.
+    fn cut_off(&mut self) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.stalled = true;
+        let limit = self.watch.stall_timeout.map_or(0, |t| t.as_millis());
+        let e = UpstreamError::BodyStalled(limit);
+        self.watch.metrics.relay_failed(&e);
+        self.end(false);
+        tracing::warn!(error = %e, "upstream stalled mid-body; response cut off");
+        if !self.watch.grpc {
+            return Poll::Ready(Some(Err(e.into())));
+        }
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from(4u16));
+        if let Ok(v) = HeaderValue::from_str(&format!("tailor: {e}")) {
+            trailers.insert("grpc-message", v);
+        }
+        trailers.insert(ERROR_HEADER, HeaderValue::from_static(e.kind()));
+        Poll::Ready(Some(Ok(Frame::trailers(trailers))))
     }
 }
 
@@ -369,17 +434,25 @@ impl<F: FnOnce(bool) + Send + Unpin> HttpBody for Guarded<F> {
     type Error = BoxError;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.stalled {
+            return Poll::Ready(None);
+        }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         match &polled {
+            Poll::Pending => {
+                if self.stall_fired(cx) {
+                    return self.cut_off();
+                }
+            }
             Poll::Ready(None) => self.end(true),
             Poll::Ready(Some(Err(_))) => self.end(false),
-            _ => {}
+            Poll::Ready(Some(Ok(_))) => self.stall_armed = false,
         }
         polled.map_err(Into::into)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.stalled || self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -394,7 +467,11 @@ impl<F: FnOnce(bool) + Send + Unpin> Drop for Guarded<F> {
     }
 }
 
-/// `response` with its body guarded by `on_end`.
-pub fn guarded<F: FnOnce(bool) + Send + Unpin + 'static>(response: Response<Incoming>, on_end: F) -> Response<Body> {
-    response.map(|b| Guarded::new(b, on_end).boxed_unsync())
+/// `response` with its body watched by `watch` and guarded by `on_end`.
+pub fn guarded<F: FnOnce(bool) + Send + Unpin + 'static>(
+    response: Response<Incoming>,
+    watch: BodyWatch,
+    on_end: F,
+) -> Response<Body> {
+    response.map(|b| Guarded::new(b, watch, on_end).boxed_unsync())
 }

@@ -175,8 +175,8 @@ impl Gate {
         }
         let (tx, rx) = oneshot::channel();
         st.waiting.insert(id, (job, tx));
-        st.policy.arrive(0, job);
-        st.settle();
+        st.arrive(job);
+        debug_assert!(st.is_settled());
         Ok(Place { gate: self.clone(), id, admitted: Some(rx), handed_over: false })
     }
 
@@ -189,17 +189,20 @@ impl Gate {
     fn leave(&self, id: JobId, rtt: Option<(Nanos, usize)>) {
         let mut st = self.lock();
         if st.admitted.remove(&id).is_some() {
-            st.policy.complete(0, id);
+            st.complete(id);
             if let Some((rtt, in_flight)) = rtt {
                 st.sample(rtt, in_flight);
             }
         } else if st.waiting.remove(&id).is_some() {
+            // Still in the policy's queue, holding no CPU: nothing to hand on until it is
+            // dispatched (then `settle_cpu` completes it at once).
             st.stale.insert(id);
             if st.stale.len() > self.config.max_queue {
                 st.rebuild(self.config.order, self.config.c_max);
+                st.settle();
             }
         }
-        st.settle();
+        debug_assert!(st.is_settled());
     }
 }
 
@@ -208,16 +211,77 @@ impl State {
         let id = GHOST | self.next_id;
         self.next_id += 1;
         self.ghosts_waiting.push(id);
-        self.policy.arrive(0, ghost_job(id));
+        self.arrive(ghost_job(id));
+    }
+
+    /// The CPU `id` runs on, if it runs.
+    fn cpu_of(&self, id: JobId) -> Option<usize> {
+        self.policy.running().iter().position(|r| *r == Some(id))
+    }
+
+    /// Puts `job` in the policy and settles the one CPU that can change. The orders are
+    /// non-preemptive queues: an arrival either takes a free CPU or waits, and moves no
+    /// other job.
+    fn arrive(&mut self, job: Job) {
+        let queued = self.policy.waiting();
+        self.policy.arrive(0, job);
+        if self.policy.waiting() == queued {
+            if let Some(cpu) = self.cpu_of(job.id) {
+                self.settle_cpu(cpu);
+            }
+        }
+    }
+
+    /// Completes the running `id` and settles its CPU, the only one a completion can
+    /// hand to another job.
+    fn complete(&mut self, id: JobId) {
+        let cpu = self.cpu_of(id);
+        self.policy.complete(0, id);
+        if let Some(cpu) = cpu {
+            self.settle_cpu(cpu);
+        }
+    }
+
+    /// Hands CPU `cpu` to the job the policy dispatched there: wakes a real request,
+    /// completes a stale entry at once (the CPU goes to the next), parks a ghost.
+    fn settle_cpu(&mut self, cpu: usize) {
+        while let Some(id) = self.policy.running()[cpu] {
+            // Stale first: a cancelled ghost (a limit decrease undone) is stale too.
+            if !self.stale.is_empty() && self.stale.remove(&id) {
+                self.policy.complete(0, id);
+                continue;
+            }
+            if id & GHOST != 0 {
+                if let Some(i) = self.ghosts_waiting.iter().position(|g| *g == id) {
+                    self.ghosts_waiting.swap_remove(i);
+                    self.ghosts_running.push(id);
+                }
+            } else if let Some((job, tx)) = self.waiting.remove(&id) {
+                self.admitted.insert(id, job);
+                // A receiver dropped meanwhile: its Place's drop calls leave, which
+                // finds it admitted and gives the slot back.
+                let _ = tx.send(());
+            }
+            return;
+        }
+    }
+
+    /// Whether every dispatched job has been handed its CPU (what `settle` establishes).
+    fn is_settled(&self) -> bool {
+        self.policy
+            .running()
+            .iter()
+            .flatten()
+            .all(|id| !self.stale.contains(id) && !self.waiting.contains_key(id) && !self.ghosts_waiting.contains(id))
     }
 
     /// Hands every CPU the policy has dispatched to its job: wakes real requests,
     /// completes stale entries at once (their CPU goes to the next), parks ghosts.
+    /// Only after the policy was built or rebuilt: a request's arrival and completion
+    /// settle the one CPU they can change (`arrive`, `complete`), since walking all
+    /// `c_max` (256) CPUs twice per request was the gate's main cost in a profile of
+    /// `tailor bench proxy --cost`.
     fn settle(&mut self) {
-        // Called twice per request: it walks the policy's CPUs in place (no allocation)
-        // and skips ghosts and admitted jobs with one test each, since with the default
-        // `c_max` (256) most CPUs hold one or the other (was a quarter of the sidecar's
-        // CPU per request next to the edge's, `tailor bench proxy --cost`).
         loop {
             let mut changed = false;
             for cpu in 0..self.policy.running().len() {
@@ -254,7 +318,7 @@ impl State {
                 if let Some(g) = self.ghosts_waiting.pop() {
                     self.stale.insert(g);
                 } else if let Some(g) = self.ghosts_running.pop() {
-                    self.policy.complete(0, g);
+                    self.complete(g);
                 }
             }
         } else {
@@ -262,7 +326,6 @@ impl State {
                 self.add_ghost(0);
             }
         }
-        self.settle();
     }
 
     /// The limit the ghosts currently enforce (or will, once the waiting ones are dispatched).

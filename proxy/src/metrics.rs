@@ -63,11 +63,21 @@ pub struct Metrics {
     /// Connections to a TLS listener whose handshake failed or timed out (no TLS, a bad
     /// client hello, silence).
     pub tls_handshake_failures: AtomicU64,
+    /// Client connections closed because a write to them made no progress within
+    /// `client_write_timeout_ms` (a client that stopped reading its response).
+    pub client_write_timeouts: AtomicU64,
 }
 
 /// Every `tailor-error` kind, as labelled in `tailor_proxy_relay_errors_total`.
-pub const RELAY_ERRORS: [&str; 6] =
-    ["upstream_connect", "upstream_tls", "upstream_timeout", "upstream_closed", "body_too_large", "body_timeout"];
+pub const RELAY_ERRORS: [&str; 7] = [
+    "upstream_connect",
+    "upstream_tls",
+    "upstream_timeout",
+    "upstream_closed",
+    "body_too_large",
+    "body_timeout",
+    "upstream_body_timeout",
+];
 
 impl Metrics {
     pub fn shed(&self, reason: ShedReason) {
@@ -155,6 +165,11 @@ pub fn registry(metrics: &Arc<Metrics>, gate: impl Fn() -> GateView + Send + Syn
             "Client connections whose TLS handshake failed or timed out.",
             count(|m| &m.tls_handshake_failures),
         )
+        .counter(
+            "tailor_proxy_client_write_timeouts",
+            "Client connections closed because the client took none of its response within client_write_timeout_ms.",
+            count(|m| &m.client_write_timeouts),
+        )
         .gauge("tailor_proxy_queue_length", "Requests waiting for admission.", move || g1().queue as f64)
         .gauge("tailor_proxy_in_flight", "Requests inside the upstream.", move || g2().in_flight as f64)
         .gauge_if(
@@ -225,6 +240,8 @@ mod tests {
         assert!(text.contains("tailor_proxy_concurrency_limit 4\n"));
         assert!(text.contains("tailor_proxy_context_errors_total{kind=\"bad_mac\"} 0\n"));
         assert!(text.contains("tailor_proxy_relay_errors_total{kind=\"upstream_tls\"} 0\n"));
+        assert!(text.contains("tailor_proxy_relay_errors_total{kind=\"upstream_body_timeout\"} 0\n"));
+        assert!(text.contains("tailor_proxy_client_write_timeouts_total 0\n"));
         let edge = render(&m, GateView { queue: 0, in_flight: 0, limit: None });
         assert!(!edge.contains("tailor_proxy_concurrency_limit"), "{edge}");
     }

@@ -119,11 +119,11 @@ async fn accept_loop(
         let (builder, handler, metrics) = (builder.clone(), l.handler.clone(), metrics.clone());
         tokio::spawn(async move {
             match tls {
-                None => serve_connection(&builder, stream, &limits, handler, watcher).await,
+                None => serve_connection(&builder, stream, &limits, &metrics, handler, watcher).await,
                 Some(config) => {
                     let handshake = tokio_rustls::TlsAcceptor::from(config).accept(stream);
                     match tokio::time::timeout(limits.header_read_timeout(), handshake).await {
-                        Ok(Ok(stream)) => serve_connection(&builder, stream, &limits, handler, watcher).await,
+                        Ok(Ok(stream)) => serve_connection(&builder, stream, &limits, &metrics, handler, watcher).await,
                         Ok(Err(e)) => {
                             metrics.tls_handshake_failures.fetch_add(1, Relaxed);
                             tracing::debug!(error = %e, "TLS handshake failed");
@@ -145,13 +145,14 @@ async fn serve_connection<S>(
     builder: &auto::Builder<TokioExecutor>,
     stream: S,
     limits: &Limits,
+    metrics: &Arc<Metrics>,
     handler: Handler,
     watcher: Watcher,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let served = Arc::new(AtomicBool::new(false));
-    let io = TokioIo::new(conn::FirstRequestDeadline::new(stream, limits, served.clone()));
+    let io = TokioIo::new(conn::ClientIo::new(stream, limits, served.clone(), metrics.clone()));
     let service = service_fn(move |req| {
         served.store(true, Relaxed);
         let fut = handler(req);

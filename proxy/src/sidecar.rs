@@ -14,7 +14,7 @@ use tailor_core::Nanos;
 use tailor_runtime::cpu::{monotonic_ns, realtime_ns};
 
 use crate::config::Sidecar;
-use crate::forward::{declared_too_large, failed, guarded, shed_response, Body, Upstreams};
+use crate::forward::{declared_too_large, failed, guarded, shed_response, Body, BodyWatch, Upstreams};
 use crate::gate::{Gate, GateConfig, Ticket};
 use crate::headers::{self, Inbound, Trust};
 use crate::metrics::{GateView, Metrics};
@@ -187,7 +187,7 @@ pub async fn inbound(state: Arc<SidecarState>, shared: Shared, mut req: Request<
     match upstreams.relay(req, config.upstream, &limits).await {
         Ok(response) => {
             metrics.upstream_latency.observe(monotonic_ns() - admitted);
-            guarded(response, move |_| held.release(true))
+            guarded(response, BodyWatch::new(&limits, grpc, metrics), move |_| held.release(true))
         }
         Err(e) => {
             metrics.relay_failed(&e);
@@ -221,9 +221,7 @@ pub async fn egress(
     let grpc = headers::is_grpc(req.headers());
     headers::remove_hop_by_hop(req.headers_mut());
     match shared.upstreams.relay(req, upstream, &config.limits).await {
-        Ok(response) => {
-            response.map(|b| http_body_util::BodyExt::boxed_unsync(http_body_util::BodyExt::map_err(b, Into::into)))
-        }
+        Ok(response) => guarded(response, BodyWatch::new(&config.limits, grpc, &shared.metrics), |_| {}),
         Err(e) => {
             shared.metrics.relay_failed(&e);
             failed(grpc, &e)
