@@ -250,7 +250,7 @@ mod tests {
         let shape = NodeShape { rt_group: false, ..node(8, 1).for_pods() };
         let text = tiers_toml(&shape, 2.0, select, "");
         assert!(
-            text.contains("rt_priority = 1") && !text.contains("rt_runtime_us") && !text.contains("\ncpus ="),
+            text.contains("rt_priority = 1") && !text.contains("\nrt_runtime_us") && !text.contains("\ncpus ="),
             "{text}"
         );
         assert!(text.contains("kubelet"), "{text}");
