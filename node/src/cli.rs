@@ -122,7 +122,7 @@ pub struct LadderArgs {
     #[arg(long, value_delimiter = ',')]
     steps: Option<Vec<usize>>,
     /// The latency-critical server: `probe` (this project's) or `redis` (the distribution's
-    /// redis-server, each request a Lua loop calibrated to --service-us; install it first).
+    /// redis-server, each request a Lua loop calibrated to --service-us; installed with apt-get if missing).
     #[arg(long, value_enum, default_value_t = LadderServer::Probe)]
     server: LadderServer,
     /// Agent config for the enforcing arm (default: the shipped defaults, `tailor node plan` sized to this node).
@@ -232,25 +232,25 @@ pub fn run(command: NodeCommand, this: AgentCommand) -> Result<(), String> {
     }
 }
 
+/// How `node plan --pods` selects the critical tier: by the pod's own label, and only for
+/// Guaranteed pods (the chart's default, docs/kubernetes.md).
+const PODS_CRITICAL_SELECT: &str = "[tier.pods]\n\
+# A pod asks for this tier with the label tailor.dev/tier: critical, which the downward API\n\
+# passes to its processes as TAILOR_TIER=critical; only Guaranteed pods (CPU limit = request)\n\
+# get it, so a false claim is bounded by the pod's own limit.\n\
+tier_label = \"critical\"\nqos = [\"guaranteed\"]\n";
+
 /// `node plan`: the header of the example config, then tiers sized to this node.
 fn plan(demand_cpus: f64, pods: bool) -> Result<(), String> {
     if !(demand_cpus.is_finite() && demand_cpus > 0.0) {
         return Err(format!("--demand-cpus {demand_cpus}: give the critical tier's peak CPU demand, e.g. 1.5"));
     }
-    let shape = crate::sizing::NodeShape::probe(&Capabilities::probe());
-    let (critical, best_effort) = if pods {
-        ("[tier.pods]\nqos = [\"guaranteed\"]\n", "[tier.pods]\nqos = [\"besteffort\"]\n")
+    let caps = Capabilities::probe();
+    let shape = crate::sizing::NodeShape::probe(&caps);
+    let (shape, critical, best_effort) = if pods {
+        (shape.for_pods(), PODS_CRITICAL_SELECT, "[tier.pods]\nqos = [\"besteffort\"]\n")
     } else {
-        (
-            "[tier.match]\ncomm = [\"nginx\", \"envoy\", \"redis-server\"]\n",
-            "[tier.match]\ncomm = [\"stress-ng\", \"ffmpeg\"]\n",
-        )
-    };
-    let shape = if pods {
-        // The kubelet owns pod cpusets: pod tiers are never fenced (see docs/kubernetes.md).
-        crate::sizing::NodeShape { cpuset: false, ..shape }
-    } else {
-        shape
+        (shape, crate::sizing::CRITICAL_MATCH, crate::sizing::BEST_EFFORT_MATCH)
     };
     let text = format!(
         "# Tailor node agent config sized to this node by `tailor node plan` (docs/node.md, docs/kubernetes.md).\n\
@@ -258,8 +258,10 @@ fn plan(demand_cpus: f64, pods: bool) -> Result<(), String> {
          heartbeat_timeout_ms = 1000\nwindow_ms = 10000\n\n{}",
         crate::sizing::tiers_toml(&shape, demand_cpus, critical, best_effort)
     );
+    // What we print must be what the agent accepts on this node (it only reads here).
     NodeConfig::parse(&text, "tailor node plan")
-        .map_err(|e| format!("internal: the sized config does not load: {e}"))?;
+        .and_then(|config| crate::Agent::new(config, caps))
+        .map_err(|e| format!("internal: the sized config does not load on this node: {e}"))?;
     print!("{text}");
     Ok(())
 }

@@ -163,6 +163,21 @@ impl NodeMetrics {
             .counter("tailor_node_threads_placed", "Threads moved into a tier.", count(|s| s.threads_placed))
             .counter("tailor_node_policies_set", "Thread scheduling policies set.", count(|s| s.policies_set))
             .counter("tailor_node_processes_departed", "Placed processes that exited.", count(|s| s.departed))
+            .gauge(
+                "tailor_node_pod_cgroups",
+                "Pod or container cgroups the pod tiers selected at the last reconcile (tuned in place).",
+                read(|s| s.stats.pod_cgroups as f64),
+            )
+            .counter(
+                "tailor_node_pod_changes_released",
+                "Settings and thread policies put back in pod cgroups no tier selects any more.",
+                count(|s| s.pod_changes_released),
+            )
+            .counter(
+                "tailor_node_kubelet_owned_not_moved",
+                "Matched processes left in place (counted per cgroup hierarchy) because the kubelet owns their cgroup.",
+                count(|s| s.kubelet_owned_not_moved),
+            )
             .counter_family(
                 "tailor_node_repairs",
                 "Changes someone else undid, re-applied: control files (setting), cgroup membership (placement), SCHED_IDLE (policy).",

@@ -148,3 +148,23 @@ pub fn set_sched_state(tid: u32, state: SchedState) -> std::io::Result<()> {
 pub fn is_rt(policy: i32) -> bool {
     policy == libc::SCHED_FIFO || policy == libc::SCHED_RR
 }
+
+/// Makes `cmd`'s child start at SCHED_OTHER, nice 0, whatever policy the caller runs at (a
+/// child inherits it: a ladder or a test run under `chrt -i 0` would otherwise start every
+/// server, spinner and sleeper at SCHED_IDLE).
+pub fn start_at_stock_policy(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the hook runs in the forked child before exec and only makes two syscalls,
+    // which are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let param = libc::sched_param { sched_priority: 0 };
+            if libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) != 0
+                || libc::setpriority(libc::PRIO_PROCESS, 0, 0) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}

@@ -6,7 +6,7 @@
 //! critical tier at least [`MIN_FENCED_CORES`] cores: a one-core fence serialises every critical
 //! thread (the server's, the kernel's softirq work for its sockets, the GAT agent) on one CPU,
 //! so a burst queues behind itself. Measured on this project's 2-CPU VM with a real server
-//! (issue 22): the one-CPU fence of the old `tailor node example` made p99 under 2 spinners
+//! (redis-server under spinners): the one-CPU fence of the old `tailor node example` made p99 under 2 spinners
 //! worse than stock Linux. Everywhere else the critical tier is protected without a fence: an
 //! RT band (SCHED_RR, capped by its RT budget, so a wake-up preempts CFS work at once), the top
 //! CPU weight, and `cpu.idle` (or SCHED_IDLE) for best-effort work, which then only gets CPU
@@ -23,6 +23,14 @@ pub const RT_BAND_PRIORITY: i32 = 1;
 /// so a runaway critical thread can never starve the node.
 pub const RT_BAND_RUNTIME_US: u64 = 800_000;
 
+/// How the shipped defaults (`tailor node plan`) select the critical tier on a node: by
+/// process name, besides `TAILOR_TIER=critical`. A name is needed because servers that set
+/// their process title (redis-server, nginx, postgres: `setproctitle`) overwrite their own
+/// environment, so `/proc/PID/environ` no longer shows the label they were started with.
+pub const CRITICAL_MATCH: &str = "[tier.match]\ncomm = [\"nginx\", \"envoy\", \"redis-server\"]\n";
+/// How the shipped defaults select the best-effort tier on a node (besides its label).
+pub const BEST_EFFORT_MATCH: &str = "[tier.match]\ncomm = [\"stress-ng\", \"ffmpeg\"]\n";
+
 /// The node as the rule sees it.
 #[derive(Clone, Debug)]
 pub struct NodeShape {
@@ -34,6 +42,9 @@ pub struct NodeShape {
     pub cpu_idle: bool,
     /// A fence is possible: a cpuset controller, and tiers whose cpusets are ours to set.
     pub cpuset: bool,
+    /// The tiers select pods (`[tier.pods]`): tuned in place in the kubelet's cgroups, whose
+    /// cpusets the kubelet owns and which have no RT budget to give.
+    pub pods: bool,
 }
 
 impl NodeShape {
@@ -62,7 +73,13 @@ impl NodeShape {
             rt_group: caps.rt_group,
             cpu_idle: caps.cpu_idle,
             cpuset: caps.cpuset,
+            pods: false,
         }
+    }
+
+    /// The same node, for tiers that select pods.
+    pub fn for_pods(self) -> NodeShape {
+        NodeShape { pods: true, ..self }
     }
 }
 
@@ -87,10 +104,11 @@ pub fn decide(node: &NodeShape, demand_cpus: f64) -> Sizing {
         node.cpus.len()
     )];
     let fits = demand_cpus <= budget as f64;
-    let fence = if !node.cpuset {
-        why.push(
-            "no fence: no cpuset to fence with (no cpuset controller; or pods, whose cpusets the kubelet owns)".into(),
-        );
+    let fence = if node.pods {
+        why.push("no fence: pod cpusets belong to the kubelet (its CPU manager)".into());
+        None
+    } else if !node.cpuset {
+        why.push("no fence: no cpuset controller to fence with".into());
         None
     } else if !fits {
         why.push(format!(
@@ -100,7 +118,8 @@ pub fn decide(node: &NodeShape, demand_cpus: f64) -> Sizing {
     } else if budget < MIN_FENCED_CORES {
         why.push(format!(
             "no fence: it would leave critical work {budget} core(s); a fence needs at least {MIN_FENCED_CORES} \
-             (one core serialises every critical thread: worse than stock at 2 spinners, measured in issue 22)"
+             (one core serialises every critical thread: worse than stock Linux at 2 spinners, measured with \
+             redis-server on a 2-CPU node)"
         ));
         None
     } else {
@@ -113,13 +132,25 @@ pub fn decide(node: &NodeShape, demand_cpus: f64) -> Sizing {
         ));
         Some((critical, best_effort))
     };
-    let rt_band = fence.is_none();
+    // RT group scheduling gives a cgroup's threads SCHED_RR only within that cgroup's RT
+    // budget, and the kubelet's pod cgroups have none (v1: 0 µs; v2: no RT budget at all).
+    let pods_without_rt = node.pods && node.rt_group;
+    let rt_band = fence.is_none() && !pods_without_rt;
+    let best_effort = if node.cpu_idle { "in cpu.idle" } else { "at SCHED_IDLE" };
     if rt_band {
         why.push(format!(
             "protect without a fence: critical threads in a SCHED_RR {RT_BAND_PRIORITY} band (preempts CFS work at once{}), \
-             CPU weight 10000, best-effort {}",
-            if node.rt_group { format!(", capped at {RT_BAND_RUNTIME_US} µs/s by its RT budget") } else { String::new() },
-            if node.cpu_idle { "in cpu.idle" } else { "at SCHED_IDLE" }
+             CPU weight 10000, best-effort {best_effort}",
+            if node.rt_group && !node.pods {
+                format!(", capped at {RT_BAND_RUNTIME_US} µs/s by its RT budget")
+            } else {
+                ", capped by the kernel's sched_rt_runtime_us".to_string()
+            },
+        ));
+    } else if pods_without_rt {
+        why.push(format!(
+            "protect without a fence or an RT band: this kernel schedules RT per cgroup (RT_GROUP_SCHED) and the \
+             kubelet's pod cgroups have no RT budget; CPU weight 10000, best-effort {best_effort}"
         ));
     } else {
         why.push("inside the fence: CPU weight 10000; best-effort also in cpu.idle / SCHED_IDLE".into());
@@ -145,13 +176,15 @@ pub fn tiers_toml(node: &NodeShape, demand_cpus: f64, critical_select: &str, bes
     ));
     match &sizing.fence {
         Some((critical, _)) => s.push_str(&format!("cpus = \"{}\"\n", cpu_list(critical))),
-        None => {
+        None if sizing.rt_band => {
             s.push_str(&format!("rt_priority = {RT_BAND_PRIORITY}\n"));
-            // A pod tier stays in the kubelet's cgroups, which have no RT budget to give.
-            if node.rt_group && !critical_select.contains("[tier.pods]") {
+            // A pod tier stays in the kubelet's cgroups (`decide` gives it a band only where
+            // RT is not scheduled per cgroup): only our own tier cgroup has a budget to set.
+            if node.rt_group && !node.pods {
                 s.push_str(&format!("rt_runtime_us = {RT_BAND_RUNTIME_US}\n"));
             }
         }
+        None => {}
     }
     s.push_str(critical_select);
     s.push_str("\n[[tier]]\nname = \"best-effort\"\nkind = \"best-effort\"\nidle = true\n");
@@ -174,6 +207,7 @@ mod tests {
             rt_group: true,
             cpu_idle: true,
             cpuset: true,
+            pods: false,
         }
     }
 
@@ -203,6 +237,23 @@ mod tests {
         // 4 CPUs but 2 cores: the fence would leave one core.
         assert_eq!(decide(&node(2, 2), 0.5).fence, None);
         assert!(decide(&node(3, 1), 1.5).fence.is_some());
+    }
+
+    #[test]
+    fn pod_tiers_get_no_fence_and_a_band_only_where_rt_is_not_per_cgroup() {
+        let select = "[tier.pods]\ntier_label = \"critical\"\n";
+        // RT group scheduling: the kubelet's cgroups have no RT budget, so no band.
+        let text = tiers_toml(&node(8, 1).for_pods(), 2.0, select, "");
+        assert!(!text.contains("\ncpus =") && !text.contains("rt_priority"), "{text}");
+        assert!(text.contains("no RT budget"), "{text}");
+        // Without it, the band (capped node-wide) and still no fence.
+        let shape = NodeShape { rt_group: false, ..node(8, 1).for_pods() };
+        let text = tiers_toml(&shape, 2.0, select, "");
+        assert!(
+            text.contains("rt_priority = 1") && !text.contains("\nrt_runtime_us") && !text.contains("\ncpus ="),
+            "{text}"
+        );
+        assert!(text.contains("kubelet"), "{text}");
     }
 
     #[test]

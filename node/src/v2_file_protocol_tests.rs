@@ -362,7 +362,8 @@ fn v2_file_protocol_readback_matches_and_reconcile_repairs_a_rewritten_file() {
 #[test]
 fn v2_file_protocol_moves_a_process_by_cgroup_procs_and_restore_moves_it_back() {
     let f = Fixture::new("memory pids");
-    let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let mut child =
+        crate::procs::start_at_stock_policy(&mut std::process::Command::new("sleep")).arg("30").spawn().unwrap();
     let pid = child.id();
     // Mirror the child's real v2 cgroup (the `0::` line) in the fake tree, with the child in it.
     let real = crate::procs::cgroups(&format!("/proc/{pid}/cgroup"))
@@ -409,7 +410,8 @@ fn v2_file_protocol_restore_moves_a_process_to_the_nearest_ancestor_that_takes_i
     // The process came from svc/gone; since then svc/gone was removed and svc started enabling
     // cpu for its children, so v2 refuses processes in svc itself (no internal processes).
     let f = Fixture::new("cpu memory");
-    let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let mut child =
+        crate::procs::start_at_stock_policy(&mut std::process::Command::new("sleep")).arg("30").spawn().unwrap();
     let pid = child.id();
     let svc = f.p("svc");
     f.kernel(|k| {

@@ -157,7 +157,7 @@ fn a_finished_child_not_yet_reaped_is_not_a_repair() {
     let sb = Sandbox::new();
     let critical = sleeper(None);
     let label = sb.tier("be");
-    let mut child = Command::new("sh")
+    let mut child = start_at_stock_policy(&mut Command::new("sh"))
         .args(["-c", "read line"])
         .env("TAILOR_TIER", &label)
         .stdin(Stdio::piped())
@@ -196,7 +196,7 @@ fn new_threads_and_forked_children_are_covered_and_reset_at_restore() {
     agent.start_enforcing().unwrap();
     // A probe server labeled best-effort: its worker threads appear only when a client connects.
     let mut server = Proc(
-        Command::new(BIN)
+        start_at_stock_policy(&mut Command::new(BIN))
             .arg("probe-server")
             .arg("--workers")
             .arg("3")
@@ -228,7 +228,7 @@ fn new_threads_and_forked_children_are_covered_and_reset_at_restore() {
     // A child forked inside the tier, unlabeled (so never matched itself), inherits the cgroup
     // and SCHED_IDLE; restore must move it out and reset it too.
     let mut shell = Proc(
-        Command::new("sh")
+        start_at_stock_policy(&mut Command::new("sh"))
             .arg("-c")
             .arg("read x; env -u TAILOR_TIER sleep 1000 & wait")
             .env("TAILOR_TIER", sb.tier("be"))

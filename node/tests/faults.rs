@@ -104,8 +104,15 @@ impl Node {
     }
 
     fn agent(&self, sub: &str) -> (Proc, mpsc::Receiver<(Instant, String)>) {
-        let mut p =
-            Proc(Command::new(BIN).arg(sub).arg("--config").arg(&self.config).stderr(Stdio::piped()).spawn().unwrap());
+        let mut p = Proc(
+            start_at_stock_policy(&mut Command::new(BIN))
+                .arg(sub)
+                .arg("--config")
+                .arg(&self.config)
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
         let rx = lines(p.0.stderr.take().unwrap());
         (p, rx)
     }

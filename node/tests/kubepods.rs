@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use common::*;
 use tailor_node::probe::Role;
 use tailor_node::{Agent, Capabilities};
+use tailor_telemetry::testing::{sample_value, scrape_metrics, Promtool};
 
 /// Cgroups a test made, removed (children first, their processes moved to the root) on
 /// drop, pass or fail.
@@ -63,12 +64,10 @@ fn labelled(sb: &Sandbox, comm: &str, label: Option<&str>, containers: &[PathBuf
     if let Some(l) = label {
         cmd.env("TAILOR_TIER", l);
     }
-    let p = Proc(cmd.spawn().unwrap());
-    exec_done(p.pid(), comm, label);
     // SCHED_OTHER, whatever the test runs at (e.g. under `chrt -i 0`): the checks below tell
     // the tier's SCHED_IDLE from an inherited one.
-    let other = tailor_node::procs::SchedState { policy: libc::SCHED_OTHER, rt_priority: 0, nice: 0 };
-    tailor_node::procs::set_sched_state(p.pid(), other).unwrap();
+    let p = Proc(start_at_stock_policy(&mut cmd).spawn().unwrap());
+    exec_done(p.pid(), comm, label);
     for c in containers {
         std::fs::write(c.join("cgroup.procs"), p.pid().to_string()).unwrap();
     }
@@ -483,7 +482,8 @@ fn a_bad_tier_label_is_named_with_file_and_field() {
 }
 
 /// The agent binary, SIGTERM: a pod selected by its label gets the tier's weight while the
-/// agent runs and its own value back when the agent stops.
+/// agent runs (and `/metrics` counts it, then its release) and its own value back when the
+/// agent stops.
 #[test]
 fn a_labelled_pods_weight_is_restored_at_sigterm() {
     let _turn = RT_BUDGET.lock().unwrap_or_else(|p| p.into_inner());
@@ -503,15 +503,42 @@ fn a_labelled_pods_weight_is_restored_at_sigterm() {
     let placed = cpu_cgroup_of(shop.pid());
     let files: Vec<PathBuf> = tunable.iter().filter_map(|h| weight_file(h, &l.shop_pod)).collect();
     let originals: Vec<String> = files.iter().map(|f| read(f)).collect();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let (config, _) = sb.config(&format!(
-        "kubelet_cgroup_root = \"{kubelet_root}\"\n[[tier]]\nname = \"{}\"\nkind = \"critical\"\ncpu_weight = 10000\n\
-         [tier.pods]\ntier_label = \"{label}\"\n",
+        "kubelet_cgroup_root = \"{kubelet_root}\"\nmetrics_addr = \"{addr}\"\n[[tier]]\nname = \"{}\"\nkind = \"critical\"\n\
+         cpu_weight = 10000\n[tier.pods]\ntier_label = \"{label}\"\n",
         sb.tier("crit")
     ));
     let agent = Proc(Command::new(BIN).arg("run").arg("--config").arg(&config).stderr(Stdio::null()).spawn().unwrap());
     let tuned = || files.iter().all(|f| ["102400", "10000"].contains(&read(f).as_str()));
     assert!(wait_for(std::time::Duration::from_secs(10), tuned).is_some(), "the agent did not tune the labelled pod");
     assert_eq!(cpu_cgroup_of(shop.pid()), placed, "not moved");
+
+    // /metrics counts the selected pod (one cgroup per tunable hierarchy), valid for promtool;
+    // when its labelled process leaves, the pod is released and counted.
+    let metric = |name: &str| scrape_metrics(addr).ok().and_then(|s| sample_value(&s.body, name));
+    let selected = tunable.len() as f64;
+    let counted = wait_for(std::time::Duration::from_secs(10), || metric("tailor_node_pod_cgroups") == Some(selected));
+    assert!(counted.is_some(), "tailor_node_pod_cgroups never reached {selected}");
+    let scrape = scrape_metrics(addr).unwrap();
+    match &scrape.promtool {
+        Promtool::Clean => {}
+        Promtool::Absent => eprintln!("skipping promtool: not installed (apt-get install prometheus)"),
+        Promtool::Problems(p) => panic!("promtool check metrics: {p}\n{}", scrape.body),
+    }
+    assert_eq!(sample_value(&scrape.body, "tailor_node_pod_changes_released_total"), Some(0.0));
+    assert_eq!(sample_value(&scrape.body, "tailor_node_kubelet_owned_not_moved_total"), Some(0.0));
+    drop(shop);
+    let released = wait_for(std::time::Duration::from_secs(10), || {
+        metric("tailor_node_pod_cgroups") == Some(0.0)
+            && metric("tailor_node_pod_changes_released_total").is_some_and(|n| n >= selected)
+    });
+    assert!(released.is_some(), "the released pod was not counted: {}", scrape_metrics(addr).unwrap().body);
+    for (f, v) in files.iter().zip(&originals) {
+        assert_eq!(&read(f), v, "{} put back once no process carries the label", f.display());
+    }
+    let shop = labelled(&sb, &comm, Some(&label), &app);
+    assert!(wait_for(std::time::Duration::from_secs(10), tuned).is_some(), "a new labelled process selects it again");
 
     // SAFETY: SIGTERM to the agent process this test started.
     unsafe { libc::kill(agent.pid() as i32, libc::SIGTERM) };

@@ -124,12 +124,15 @@ pub struct LadderReport {
     pub elapsed_s: f64,
 }
 
-/// The enforcing arm's config: the shipped defaults (`tailor node plan`, see `sizing`) for a
-/// critical tier of demand `rho` CPUs — on this 2-CPU VM no fence, a SCHED_RR band capped by
-/// its RT budget and the top weight; a fence only on nodes where it leaves critical work two
-/// or more cores — and the spinners in a best-effort tier with cpu.idle.
+/// The enforcing arm's config: the shipped defaults (`tailor node plan`, see `sizing`, with
+/// its selectors) for a critical tier of demand `rho` CPUs — on this 2-CPU VM no fence, a
+/// SCHED_RR band capped by its RT budget and the top weight; a fence only on nodes where it
+/// leaves critical work two or more cores — and the spinners in a best-effort tier with
+/// cpu.idle. The ladder's own processes carry `TAILOR_TIER`; redis-server, which overwrites
+/// its environment with its process title, is selected by name as the defaults do.
 pub fn ladder_config(caps: &Capabilities, state_dir: &Path, cgroup_name: &str, rho: f64) -> NodeConfig {
-    let tiers = crate::sizing::tiers_toml(&crate::sizing::NodeShape::probe(caps), rho, "", "");
+    use crate::sizing::{tiers_toml, NodeShape, BEST_EFFORT_MATCH, CRITICAL_MATCH};
+    let tiers = tiers_toml(&NodeShape::probe(caps), rho, CRITICAL_MATCH, BEST_EFFORT_MATCH);
     let text = format!(
         "state_dir = {state:?}\ncgroup_name = \"{cgroup_name}\"\nwindow_ms = 0\n{tiers}",
         state = state_dir.display().to_string(),
@@ -164,7 +167,7 @@ impl Drop for AgentGuard {
 
 fn spawn_helper(helper: &AgentCommand, args: &[&str], tier: Option<&str>) -> Result<Child, String> {
     let mut cmd = Command::new(&helper.program);
-    cmd.args(&helper.prefix).args(args);
+    crate::procs::start_at_stock_policy(&mut cmd).args(&helper.prefix).args(args);
     if let Some(tier) = tier {
         cmd.env("TAILOR_TIER", tier);
     }

@@ -134,17 +134,27 @@ pub struct ClientOptions {
     pub seed: u64,
 }
 
-/// Load-client result (one JSON line on stdout).
+/// Load-client result (one JSON line on stdout). A window in which no request came back has
+/// no latencies: JSON writes them as `null`, read back as NaN.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ClientResult {
     pub sent: u64,
     pub measured: u64,
     pub lost: u64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub p50_us: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub p99_us: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub p999_us: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub max_us: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub mean_us: f64,
+}
+
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// `load-client`: connects, prints "ready", waits for a line on stdin, then sends open-loop at a

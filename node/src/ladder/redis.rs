@@ -12,7 +12,14 @@ use super::probe::redis_request;
 /// Starts `redis-server` (persistence off, loopback only) in the critical tier; returns it,
 /// its port and its version line once it answers PING.
 pub fn start(state_dir: &Path) -> Result<(Child, u16, String), String> {
-    let version = Command::new("redis-server").arg("--version").output().map_err(|e| {
+    let version = match Command::new("redis-server").arg("--version").output() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            install()?;
+            Command::new("redis-server").arg("--version").output()
+        }
+        other => other,
+    }
+    .map_err(|e| {
         format!("redis-server: {e}. Fix: install it from your distribution (`apt-get install redis-server`)")
     })?;
     let version = String::from_utf8_lossy(&version.stdout).split_whitespace().take(3).collect::<Vec<_>>().join(" ");
@@ -22,7 +29,7 @@ pub fn start(state_dir: &Path) -> Result<(Child, u16, String), String> {
         .map_err(|e| format!("finding a free port: {e}"))?
         .port();
     std::fs::create_dir_all(state_dir).map_err(|e| format!("{}: {e}", state_dir.display()))?;
-    let child = Command::new("redis-server")
+    let child = crate::procs::start_at_stock_policy(&mut Command::new("redis-server"))
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
         .args(["--protected-mode", "no", "--io-threads", "1", "--dir"])
         .arg(state_dir)
@@ -51,6 +58,27 @@ pub fn start(state_dir: &Path) -> Result<(Child, u16, String), String> {
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok((child.0.pop().expect("one child"), port, version))
+}
+
+/// Installs Debian's redis-server (the ladder runs as root). Only the binary is used: the
+/// ladder starts its own instance on a free loopback port (on a systemd machine the package
+/// also starts its own service, on port 6379).
+fn install() -> Result<(), String> {
+    tracing::info!("redis-server not found: installing it with apt-get");
+    let status = Command::new("apt-get")
+        .args(["install", "-y", "-q", "redis-server"])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("redis-server is not installed and apt-get could not run ({e}); install it yourself"))?;
+    if !status.success() {
+        return Err(format!(
+            "redis-server is not installed and `apt-get install -y redis-server` failed ({status}); \
+             run `apt-get update` first, or install it yourself"
+        ));
+    }
+    Ok(())
 }
 
 /// The median round trip, µs, of `n` sequential requests of `iterations` steps.

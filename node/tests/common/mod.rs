@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+pub use tailor_node::procs::start_at_stock_policy;
 use tailor_node::{Capabilities, NodeConfig};
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
@@ -121,6 +122,7 @@ impl Drop for Proc {
 pub fn sleeper(label: Option<&str>) -> Proc {
     let mut cmd = Command::new("sleep");
     cmd.arg("1000").stdin(Stdio::null()).stdout(Stdio::null());
+    start_at_stock_policy(&mut cmd);
     if let Some(l) = label {
         cmd.env("TAILOR_TIER", l);
     }
