@@ -83,7 +83,7 @@ pub struct Group {
     pub traces: Vec<QueryTrace>,
 }
 
-/// One query's timeline, for tracing outliers (`tailor-fanout probe` prints the slowest).
+/// One query's timeline, for tracing outliers (`tailor fanout probe` prints the slowest).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct QueryTrace {
     pub latency_ns: Nanos,
