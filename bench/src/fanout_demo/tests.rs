@@ -29,7 +29,7 @@ fn measured_hop_delay_becomes_an_empirical_table_the_simulator_reads() {
     let v: Vec<f64> = table.lines().map(|l| l.parse().unwrap()).collect();
     assert_eq!(v.len(), tailor_core::dist::TABLE_LEN);
     assert!(v.windows(2).all(|w| w[0] <= w[1]) && v[0] >= 0.09 && v[9999] <= 2.2, "{} {}", v[0], v[9999]);
-    let l = Loaded::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/masstree-two-class.toml")))
+    let l = Loaded::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../fanout/configs/masstree-two-class.toml")))
         .expect("default config");
     let scenario = sim_scenario(&l, Scheme::TfEdfq, Some(HopDelay::Measured(Arc::new(h))))
         .expect("the simulator accepts the scenario");
@@ -48,7 +48,7 @@ fn measured_hop_delay_becomes_an_empirical_table_the_simulator_reads() {
 /// whatever its service distribution (a mixture was refused until 25 Nov).
 #[test]
 fn every_shipped_config_loads_and_simulates() {
-    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs"));
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../fanout/configs"));
     let mut n = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -71,7 +71,7 @@ fn every_shipped_config_loads_and_simulates() {
 /// runs move each max load a lot at this setting (2·10⁵ queries: +10%).
 #[test]
 fn the_mixture_setting_keeps_tailguards_gain_in_the_simulator() {
-    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/mixture-two-class.toml"));
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../fanout/configs/mixture-two-class.toml"));
     let l = Loaded::load(path).expect("mixture config");
     let max = |scheme| search_sim(&l, scheme, None).unwrap();
     let (tf, t, fifo) = (max(Scheme::TfEdfq), max(Scheme::TEdfq), max(Scheme::Fifo));
@@ -85,7 +85,7 @@ fn the_mixture_setting_keeps_tailguards_gain_in_the_simulator() {
 /// simulator is deterministic, so these are exact repeats, not samples.
 #[test]
 fn simulated_admission_carries_reject_late_and_holds_the_testbed_shape() {
-    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/testbed-shape.toml"));
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../fanout/configs/testbed-shape.toml"));
     let l = Loaded::load(path).expect("testbed config");
     assert!(l.cfg.admission.as_ref().unwrap().reject_late, "the shipped config rejects late tasks");
     let with = sim_admission(&l, 0.04, 0.66, None).unwrap();
@@ -161,7 +161,7 @@ tolerance = 0.01
 /// fixed load, with and without the simulator's admission control.
 #[test]
 fn the_built_simulator_scenario_equals_the_old_toml_path_field_for_field() {
-    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/testbed-shape.toml"));
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../fanout/configs/testbed-shape.toml"));
     let l = Loaded::load(path).expect("testbed config");
     let ov = Overrides {
         load: Some(LoadOverride::Utilization(0.5)),
@@ -190,7 +190,7 @@ fn the_built_simulator_scenario_equals_the_old_toml_path_field_for_field() {
 
 #[test]
 fn heterogeneous_servers_are_the_same_in_the_simulated_scenario() {
-    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/masstree-two-class.toml"));
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../fanout/configs/masstree-two-class.toml"));
     let mut text = std::fs::read_to_string(path).unwrap();
     text +=
         "\n[[group]]\nfirst = 0\ncount = 8\nscale = 1.5\nweight = 4\n\n[[group]]\nfirst = 30\ncount = 2\nscale = 3\n";
@@ -240,7 +240,7 @@ fn heterogeneous_servers_are_the_same_in_the_simulated_scenario() {
 
 #[test]
 fn class_placement_reaches_the_handler_and_the_simulated_scenario() {
-    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/testbed-shape.toml"));
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../fanout/configs/testbed-shape.toml"));
     let text = std::fs::read_to_string(path).unwrap();
     let l = Loaded::from_toml(&text, path).unwrap();
     let servers: Vec<std::net::SocketAddr> =
@@ -264,7 +264,7 @@ fn class_placement_reaches_the_handler_and_the_simulated_scenario() {
 
 #[test]
 fn class_fan_outs_reach_the_load_generator_and_the_simulated_scenario() {
-    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/masstree-two-class.toml"));
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../fanout/configs/masstree-two-class.toml"));
     let text = std::fs::read_to_string(path).unwrap();
     // Class I asks one server, class II 1 or 32; no top-level fan-outs at all.
     let text = text.replace("fanouts = { values = [1, 10, 32], weights = [32, 3.2, 1] }\n", "").replacen(
