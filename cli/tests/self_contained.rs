@@ -123,3 +123,61 @@ fn the_path_scanner_finds_climbing_paths_and_only_those() {
     assert_eq!(normalize(&root.join("scenarios"), "../data/x"), Some(PathBuf::from("/r/data/x")));
     assert!(!normalize(&root.join("scenarios"), "../../shared/x").unwrap().starts_with(root));
 }
+
+/// The targets of Markdown links (`[text](target)`) on one line, outside code spans; anchors
+/// (`#…`) and URLs (`scheme:`) are left out, a `#fragment` is cut off.
+fn link_targets(line: &str) -> Vec<&str> {
+    let mut found = Vec::new();
+    let mut rest = line;
+    while let Some(pos) = rest.find("](") {
+        let after = &rest[pos + 2..];
+        let Some(end) = after.find(')') else { break };
+        let target = &after[..end];
+        let path = target.split('#').next().unwrap_or("");
+        let is_url = path.split_once(':').is_some_and(|(scheme, _)| scheme.chars().all(|c| c.is_ascii_lowercase()));
+        if !path.is_empty() && !is_url && !path.contains(char::is_whitespace) {
+            found.push(path);
+        }
+        rest = &after[end..];
+    }
+    found
+}
+
+/// Results moved between pages (docs/results/) and files move between crates: a link that no
+/// longer leads anywhere is a newcomer's dead end.
+#[test]
+fn every_relative_link_in_the_docs_leads_to_a_file_of_the_repository() {
+    let root = repo_root();
+    let Some(files) = tracked_files(&root) else {
+        eprintln!("SKIP: not a git checkout, no list of tracked files");
+        return;
+    };
+    let mut broken = Vec::new();
+    for file in files.iter().filter(|f| f.extension().is_some_and(|e| e == "md")) {
+        let Ok(text) = std::fs::read_to_string(file) else { continue };
+        let dir = file.parent().unwrap();
+        let mut fenced = false;
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            if fenced {
+                continue;
+            }
+            for target in link_targets(line) {
+                let resolved = normalize(dir, target);
+                if !resolved.as_deref().is_some_and(|p| p.starts_with(&root) && p.exists()) {
+                    broken.push(format!("{}:{}: ({target})", file.strip_prefix(&root).unwrap().display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links to files that do not exist (fix the path or the link):\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_link_scanner_finds_relative_targets_and_skips_urls_and_anchors() {
+    let line = "see [a](results/node.md#x), [b](https://x.org/y), [c](#local), [d](../data/README.md) and `f(x)`";
+    assert_eq!(link_targets(line), ["results/node.md", "../data/README.md"]);
+}
