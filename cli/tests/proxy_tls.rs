@@ -331,3 +331,159 @@ fn tls_on_every_hop_with_reload_and_failures() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.toml") && err.contains("`tls.key_file`") && err.contains("does not match"), "{err}");
 }
+
+/// A client certificate (for client authentication) signed by `ca`, and its key, PEM.
+fn client_leaf(ca: &Ca) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(rcgen::DnType::CommonName, "a client");
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    (params.signed_by(&key, &ca.cert, &ca.key).unwrap().pem(), key.serialize_pem())
+}
+
+/// One HTTPS/1.1 GET of `path` on `port` presenting `identity` (certificate and key PEM);
+/// the raw answer, or the error that ended the connection.
+async fn get_presenting(
+    port: u16,
+    ca_pem: &str,
+    identity: Option<&(String, String)>,
+    path: &str,
+) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<Vec<_>, _>>().unwrap(),
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| e.to_string())?;
+    let exchange = async {
+        let mut tls = connector.connect(ServerName::try_from("127.0.0.1").unwrap(), tcp).await?;
+        tls.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes()).await?;
+        let mut answer = Vec::new();
+        tls.read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&answer).into_owned())
+    };
+    match tokio::time::timeout(Duration::from_secs(10), exchange).await {
+        Ok(Ok(answer)) if answer.starts_with("HTTP/1.1 ") => Ok(answer),
+        Ok(Ok(answer)) => Err(format!("no HTTP answer: {answer:?}")),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer within 10 s".into()),
+    }
+}
+
+#[test]
+fn client_certificates_are_required_when_a_client_ca_is_set() {
+    let dir = tmpdir("mtls");
+    let ca = Ca::new("tailor test CA");
+    let clients = Ca::new("tailor clients CA");
+    let (server_pem, server_key) = ca.leaf();
+    let write = |name: &str, text: &str| std::fs::write(dir.0.join(name), text).unwrap();
+    write("ca.pem", &ca.cert.pem());
+    write("clients.pem", &clients.cert.pem());
+    write("server.pem", &server_pem);
+    write("server.key", &server_key);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let upstream = rt.block_on(tls_upstream(server_config(&server_pem, &server_key)));
+
+    let (sidecar, admin) = (free_port(), free_port());
+    let cfg = dir.0.join("sidecar.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen = \"127.0.0.1:{sidecar}\"\nupstream = \"127.0.0.1:{upstream}\"\nadmin = \"127.0.0.1:{admin}\"\n\
+             [tls]\ncert_file = \"server.pem\"\nkey_file = \"server.key\"\nclient_ca_file = \"clients.pem\"\n\
+             [upstream_tls]\nca_file = \"ca.pem\"\n"
+        ),
+    )
+    .unwrap();
+    let _sidecar = proxy("sidecar", &cfg, admin);
+    let ca_pem = ca.cert.pem();
+    rt.block_on(async {
+        // No certificate, or one another CA signed: the handshake is refused, no request served.
+        let refused = get_presenting(sidecar, &ca_pem, None, "/echo").await;
+        assert!(refused.is_err(), "a client without a certificate was served: {refused:?}");
+        let stranger = client_leaf(&Ca::new("a CA nobody trusts"));
+        let refused = get_presenting(sidecar, &ca_pem, Some(&stranger), "/echo").await;
+        assert!(refused.is_err(), "a client with an untrusted certificate was served: {refused:?}");
+        // A certificate the clients' CA signed: served, the context stamped.
+        let answer = get_presenting(sidecar, &ca_pem, Some(&client_leaf(&clients)), "/echo").await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.to_ascii_lowercase().contains("x-seen-context: 1.g"), "{answer}");
+    });
+    assert_eq!(metric(admin, "tailor_proxy_tls_handshake_failures_total"), 2.0);
+    assert_eq!(metric(admin, "tailor_proxy_requests_total"), 1.0);
+
+    // A client CA file that holds no certificate: refused at start, naming file and field.
+    write("empty.pem", "no PEM here\n");
+    let bad = dir.0.join("bad.toml");
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("client_ca_file = \"clients.pem\"", "client_ca_file = \"empty.pem\"");
+    std::fs::write(&bad, text.replace(&format!("127.0.0.1:{sidecar}"), &format!("127.0.0.1:{}", free_port()))).unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_tailor")).args(["proxy", "sidecar", "--config"]).arg(&bad).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.toml") && err.contains("`tls.client_ca_file`") && err.contains("empty.pem"), "{err}");
+}
+
+#[test]
+fn egress_calls_a_tls_next_hop() {
+    let dir = tmpdir("egress-tls");
+    let ca = Ca::new("tailor test CA");
+    let (server_pem, server_key) = ca.leaf();
+    std::fs::write(dir.0.join("ca.pem"), ca.cert.pem()).unwrap();
+    let rogue = Ca::new("a CA nobody trusts");
+    let (rogue_pem, rogue_key) = rogue.leaf();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let next = rt.block_on(tls_upstream(server_config(&server_pem, &server_key)));
+    let impostor = rt.block_on(tls_upstream(server_config(&rogue_pem, &rogue_key)));
+
+    let (sidecar, admin, egress, egress_rogue, service) =
+        (free_port(), free_port(), free_port(), free_port(), free_port());
+    let cfg = dir.0.join("sidecar.toml");
+    let hop = |listen: u16, to: u16| {
+        format!("[[egress]]\nlisten = \"127.0.0.1:{listen}\"\nupstream = \"127.0.0.1:{to}\"\n[egress.upstream_tls]\nca_file = \"ca.pem\"\n")
+    };
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen = \"127.0.0.1:{sidecar}\"\nupstream = \"127.0.0.1:{service}\"\nadmin = \"127.0.0.1:{admin}\"\n{}{}",
+            hop(egress, next),
+            hop(egress_rogue, impostor)
+        ),
+    )
+    .unwrap();
+    let _sidecar = proxy("sidecar", &cfg, admin);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let carried = format!("1.g{now}.c2.k1.h3");
+    // The service calls out in plaintext, forwarding only `baggage`; the next hop gets TLS.
+    let call = |port: u16| {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let req =
+            format!("GET /next HTTP/1.1\r\nhost: x\r\nbaggage: user=7,tailor={carried}\r\nconnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer.to_ascii_lowercase()
+    };
+    let answer = call(egress);
+    assert!(answer.starts_with("http/1.1 200"), "{answer}");
+    assert!(answer.contains(&format!("x-seen-context: 1.g{now}.c2.k1.h4")), "one hop further over TLS: {answer}");
+    // A next hop whose certificate the CA did not sign: 502 with the reason.
+    let answer = call(egress_rogue);
+    assert!(answer.starts_with("http/1.1 502") && answer.contains("tailor-error: upstream_tls"), "{answer}");
+    assert!(answer.contains("unknownissuer"), "{answer}");
+}

@@ -79,6 +79,16 @@ pub struct OverloadReport {
     pub p99_during_ms: f64,
     pub p99_after_0_1s_ms: f64,
     pub p99_after_1_2s_ms: f64,
+    /// When the last request sent during the overload and answered 200 got its answer,
+    /// ms after the overload ended: the queue built during it has drained by then.
+    pub drained_after_ms: f64,
+    /// p99 of 200s sent from `drained_after_ms` to 1 s after the overload ended, ms (NaN
+    /// if the queue took longer than that to drain): whether latency is back to normal
+    /// within 1 s.
+    pub p99_drained_to_1s_ms: f64,
+    /// The slowest 200 among requests sent in each 100 ms of the first second after the
+    /// overload, ms (NaN: none in that slot).
+    pub max_after_by_100ms: Vec<f64>,
     /// The proxy's resident memory: before, and its peak (`VmHWM`), MiB.
     pub rss_before_mib: f64,
     pub rss_peak_mib: f64,
@@ -92,9 +102,10 @@ impl OverloadReport {
     pub fn markdown(&self) -> String {
         let shed: Vec<String> = REASONS.iter().zip(self.shed).map(|(r, n)| format!("{r} {n}")).collect();
         format!(
-            "| capacity rps | offered rps | goodput rps (% of capacity) | sent | 200 in time | 200 late | shed | other | p99 before ms | p99 during ms | p99 0–1 s after ms | p99 1–2 s after ms | RSS before MiB | RSS peak MiB |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n\
-             | {:.0} | {:.0} | {:.0} ({:.0}%) | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |\n",
+            "| capacity rps | offered rps | goodput rps (% of capacity) | sent | 200 in time | 200 late | shed | other | p99 before ms | p99 during ms | p99 0–1 s after ms | p99 1–2 s after ms | queue drained after ms | p99 drained–1 s ms | RSS before MiB | RSS peak MiB |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n\
+             | {:.0} | {:.0} | {:.0} ({:.0}%) | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} |\n\n\
+             Slowest 200 sent in each 100 ms of the first second after, ms: {}\n",
             self.capacity_rps,
             self.offered_rps,
             self.goodput_rps,
@@ -108,8 +119,11 @@ impl OverloadReport {
             self.p99_during_ms,
             self.p99_after_0_1s_ms,
             self.p99_after_1_2s_ms,
+            self.drained_after_ms,
+            self.p99_drained_to_1s_ms,
             self.rss_before_mib,
             self.rss_peak_mib,
+            self.max_after_by_100ms.iter().map(|m| format!("{m:.0}")).collect::<Vec<_>>().join(" / "),
         )
     }
 }
@@ -226,6 +240,19 @@ pub fn run(exe: &Path, plan: OverloadPlan) -> OverloadReport {
         p99_after_1_2s_ms: p99(window(end + Duration::from_secs(1), end + Duration::from_secs(2))),
         ..OverloadReport::default()
     };
+    // The overload's queue has drained once its last admitted request was answered.
+    let drained = during.iter().filter(|s| s.status == 200).map(|s| (s.at + s.latency).saturating_sub(end)).max();
+    let drained = drained.unwrap_or_default();
+    r.drained_after_ms = drained.as_secs_f64() * 1e3;
+    let second = end + Duration::from_secs(1);
+    r.p99_drained_to_1s_ms = if end + drained < second { p99(window(end + drained, second)) } else { f64::NAN };
+    r.max_after_by_100ms = (0..10)
+        .map(|i| {
+            let from = end + Duration::from_millis(100 * i);
+            let slot = window(from, from + Duration::from_millis(100));
+            slot.iter().max().map_or(f64::NAN, |m| m.as_secs_f64() * 1e3)
+        })
+        .collect();
     for s in &during {
         match (s.status, s.shed) {
             (200, _) if s.latency <= budget => r.ok_in_time += 1,

@@ -192,5 +192,7 @@ fn twice_the_capacity_keeps_goodput_sheds_by_deadline_and_recovers() {
     // Back to normal: the second second after the overload is no worse than 3x the calm
     // before it plus one budget (the overload's queue is bounded by the deadlines).
     assert!(r.p99_after_1_2s_ms <= 3.0 * r.p99_before_ms + 100.0, "p99 after the overload did not come back: {r:?}");
+    // The queue the overload built (bounded by the 100 ms deadlines) is gone within 1 s.
+    assert!(r.drained_after_ms < 1000.0, "the overload's queue took over 1 s to drain: {r:?}");
     assert!(r.rss_peak_mib < 256.0, "RSS not bounded: {r:?}");
 }

@@ -66,6 +66,8 @@ pub struct EgressConfig {
     pub listen: SocketAddr,
     /// The next hop (its edge or sidecar).
     pub upstream: SocketAddr,
+    /// The next hop is called over TLS (`[egress.upstream_tls]`, the keys of `[upstream_tls]`).
+    pub upstream_tls: Option<UpstreamTlsConfig>,
 }
 
 /// A listener's TLS (`[tls]`): it serves HTTPS with this certificate chain and key (PEM
@@ -77,6 +79,9 @@ pub struct TlsConfig {
     pub cert_file: PathBuf,
     /// Its private key (PKCS#8, PKCS#1 or SEC1).
     pub key_file: PathBuf,
+    /// Present: every client must present a certificate that chains to a CA of this PEM
+    /// file (mutual TLS); a client without one fails the handshake.
+    pub client_ca_file: Option<PathBuf>,
 }
 
 /// TLS towards upstreams (`[upstream_tls]`): the upstream's certificate must chain to
@@ -403,6 +408,8 @@ fn keyring(file: &Path, mac: &Option<MacConfig>) -> Result<Option<(Key, Keyring)
 pub struct LoadedTls {
     pub server: Option<Arc<rustls::ServerConfig>>,
     pub upstream: Option<ClientTls>,
+    /// Per `[[egress]]` listener, in order: its next hop's client side (sidecar only).
+    pub egress: Vec<Option<ClientTls>>,
 }
 
 impl LoadedTls {
@@ -410,6 +417,7 @@ impl LoadedTls {
         Ok(LoadedTls {
             server: server.as_ref().map(|t| tls::server(file, "tls", t)).transpose()?,
             upstream: upstream.as_ref().map(|t| tls::client(file, "upstream_tls", t)).transpose()?,
+            egress: Vec::new(),
         })
     }
 }
@@ -447,7 +455,14 @@ impl Sidecar {
         }
         config.limits.check(file)?;
         let key = keyring(file, &config.mac)?;
-        let tls = LoadedTls::load(file, &config.tls, &config.upstream_tls)?;
+        let mut tls = LoadedTls::load(file, &config.tls, &config.upstream_tls)?;
+        tls.egress = config
+            .egress
+            .iter()
+            .enumerate()
+            .map(|(i, e)| e.upstream_tls.as_ref().map(|t| tls::client(file, &format!("egress[{i}].upstream_tls"), t)))
+            .map(Option::transpose)
+            .collect::<Result<_, _>>()?;
         Ok(Sidecar { config, key, tls })
     }
 }

@@ -32,6 +32,7 @@ max_connections = 10000        # open client connections per listener; beyond it
 # [tls]                        # serve HTTPS on `listen` (ALPN h2 and http/1.1); SIGHUP reloads the files
 # cert_file = "sidecar.pem"    # certificate chain, PEM, this proxy's certificate first; relative to this file
 # key_file = "sidecar.key"     # its private key, PEM
+# client_ca_file = "clients.pem" # optional mTLS: clients must present a certificate this CA signed
 
 # [upstream_tls]               # call the service over TLS
 # ca_file = "ca.pem"           # the CA(s) that sign the service's certificate
@@ -49,6 +50,8 @@ max_connections = 10000        # open client connections per listener; beyond it
 # [[egress]]
 # listen = "127.0.0.1:15001"
 # upstream = "127.0.0.1:8091"  # the next service's sidecar
+# [egress.upstream_tls]        # optional: the next hop speaks TLS (the keys of [upstream_tls])
+# ca_file = "ca.pem"
 "#;
 
 /// An edge with one HTTP route and one gRPC route.

@@ -23,6 +23,7 @@ use crate::config::Limits;
 use crate::gate::ShedReason;
 use crate::headers::{ERROR_HEADER, SHED_HEADER};
 use crate::metrics::Metrics;
+use crate::pool::{H1Pool, SendError};
 use crate::tls::{self, ClientTls};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -163,8 +164,9 @@ impl UpstreamError {
         }
     }
 
-    fn classify(e: hyper_util::client::legacy::Error) -> UpstreamError {
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    /// `e` from sending a request (`connect`: no connection was made) as the proxy reports it.
+    fn classify(e: BoxError, connect: bool) -> UpstreamError {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&*e);
         while let Some(s) = source {
             if let Some(b) = s.downcast_ref::<BodyError>() {
                 return UpstreamError::Body(match b {
@@ -174,22 +176,35 @@ impl UpstreamError {
             }
             source = s.source();
         }
-        if let Some(tls) = tls::find_tls_error(&e) {
+        if let Some(tls) = tls::find_tls_error(&*e) {
             UpstreamError::Tls(tls)
-        } else if e.is_connect() {
-            UpstreamError::Connect(e.into())
+        } else if connect {
+            UpstreamError::Connect(e)
         } else {
-            UpstreamError::Closed(e.into())
+            UpstreamError::Closed(e)
         }
+    }
+
+    fn from_send(e: SendError) -> UpstreamError {
+        match e {
+            SendError::Connect(e) => UpstreamError::classify(e, true),
+            SendError::Send(e) => UpstreamError::classify(Box::new(e), false),
+        }
+    }
+
+    fn from_legacy(e: hyper_util::client::legacy::Error) -> UpstreamError {
+        let connect = e.is_connect();
+        UpstreamError::classify(Box::new(e), connect)
     }
 }
 
 /// Pooled connections to upstreams: one client per protocol. A request goes out in the
 /// version it came in (h2c in, h2c out; h2 over TLS in, h2 out), so gRPC keeps HTTP/2 and
-/// its trailers. Plaintext unless built with [`Upstreams::tls`].
+/// its trailers. Plaintext unless built with [`Upstreams::tls`]. HTTP/1.1 goes through
+/// the proxy's own pool (`pool`), HTTP/2 (one multiplexed connection) through hyper-util's.
 #[derive(Clone)]
 pub struct Upstreams {
-    h1: Client<HttpsConnector<HttpConnector>, RequestBody>,
+    h1: Arc<H1Pool>,
     h2: Client<HttpsConnector<HttpConnector>, RequestBody>,
     scheme: &'static str,
 }
@@ -239,9 +254,10 @@ impl Upstreams {
             b.pool_idle_timeout(std::time::Duration::from_secs(90)).pool_timer(hyper_util::rt::TokioTimer::new());
             b
         };
-        let h1 = pooled().build(connector(tls, false));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let h1 = H1Pool::new(connector(tls, false), scheme);
         let h2 = pooled().http2_only(true).build(connector(tls, true));
-        Upstreams { h1, h2, scheme: if tls.is_some() { "https" } else { "http" } }
+        Upstreams { h1, h2, scheme }
     }
 }
 
@@ -266,7 +282,7 @@ impl Upstreams {
         loop {
             match tokio::time::timeout_at(deadline, &mut response).await {
                 Ok(Ok(response)) => return Ok(response),
-                Ok(Err(e)) => return Err(UpstreamError::classify(e)),
+                Ok(Err(e)) => return Err(e),
                 Err(_) => match sent.get() {
                     Some(&at) if at + wait <= Instant::now() => return Err(UpstreamError::Timeout(wait.as_millis())),
                     Some(&at) => deadline = (at + wait).into(),
@@ -280,15 +296,19 @@ impl Upstreams {
         &self,
         mut req: Request<RequestBody>,
         addr: SocketAddr,
-    ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
-        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
-        // An address and a path that came parsed from a URI always make a URI.
-        *req.uri_mut() = format!("{}://{addr}{path}", self.scheme).parse().expect("scheme://ip:port/path is a URI");
+    ) -> Result<Response<Incoming>, UpstreamError> {
         if req.version() == Version::HTTP_2 {
-            self.h2.request(req).await
-        } else {
-            self.h1.request(req).await
+            let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            // An address and a path that came parsed from a URI always make a URI.
+            *req.uri_mut() = format!("{}://{addr}{path}", self.scheme).parse().expect("scheme://ip:port/path is a URI");
+            return self.h2.request(req).await.map_err(UpstreamError::from_legacy);
         }
+        if req.uri().authority().is_some() {
+            // An absolute-form request line (`GET http://host/path`): the upstream gets origin form.
+            let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            *req.uri_mut() = path.parse().expect("a URI's path and query is a URI");
+        }
+        self.h1.send(req, addr).await.map_err(UpstreamError::from_send)
     }
 }
 

@@ -8,7 +8,8 @@
 //!   listeners carry the context on the service's own calls;
 //! - `serve`: listeners, admin endpoint, SIGHUP reload, SIGTERM drain; `conn`: the
 //!   bounds on client connections (count, header time and size); `tls`: rustls from
-//!   certificate files, inbound and towards upstreams.
+//!   certificate files, inbound and towards upstreams; `forward` and `pool`: relaying to
+//!   upstreams over kept-alive connections.
 //!
 //! How it works and what was measured: `docs/proxy.md`.
 
@@ -21,6 +22,7 @@ pub mod gate;
 pub mod headers;
 pub mod limit;
 pub mod metrics;
+pub mod pool;
 pub mod serve;
 pub mod sidecar;
 pub mod tls;

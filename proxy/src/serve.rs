@@ -238,9 +238,10 @@ pub async fn run_sidecar(path: PathBuf) -> Result<(), ProxyError> {
     });
     listeners.push(Listener { listener: bind(config.listen, "inbound").await?, handler: inbound, tls });
     for egress in &config.egress {
-        let upstream = egress.upstream;
+        let (listen, upstream) = (egress.listen, egress.upstream);
         let (current, shared) = (current.clone(), shared.clone());
-        let handler: Handler = Arc::new(move |req| Box::pin(sidecar::egress(current(), shared.clone(), upstream, req)));
+        let handler: Handler =
+            Arc::new(move |req| Box::pin(sidecar::egress(current(), shared.clone(), listen, upstream, req)));
         listeners.push(Listener { listener: bind(egress.listen, "egress").await?, handler, tls: None });
     }
     let draining = Arc::new(AtomicBool::new(false));

@@ -26,6 +26,9 @@ pub struct SidecarState {
     /// Clients that reach the service over TLS (`[upstream_tls]`); rebuilt on reload, so
     /// new certificates take effect on new upstream connections.
     pub upstream_tls: Option<Upstreams>,
+    /// Per egress listener, in config order: clients that reach its next hop over TLS
+    /// (`[egress.upstream_tls]`), rebuilt on reload likewise.
+    pub egress_tls: Vec<Option<Upstreams>>,
 }
 
 /// What outlives reloads: metrics, the upstream connection pools, the requests inside.
@@ -132,7 +135,8 @@ impl SidecarState {
             _ => Gate::new(config),
         };
         let upstream_tls = loaded.tls.upstream.as_ref().map(Upstreams::tls);
-        SidecarState { loaded, gate, upstream_tls }
+        let egress_tls = loaded.tls.egress.iter().map(|t| t.as_ref().map(Upstreams::tls)).collect();
+        SidecarState { loaded, gate, upstream_tls, egress_tls }
     }
 }
 
@@ -198,14 +202,17 @@ pub async fn inbound(state: Arc<SidecarState>, shared: Shared, mut req: Request<
     }
 }
 
-/// Serves one outbound request of the service through an egress listener: the context
-/// it forwarded (in `tailor-context`, or as the `tailor` member of `baggage`) goes to the
-/// next hop one hop further, signed when a key is configured. A call that carries no
-/// context goes out unchanged.
+/// Serves one outbound request of the service through the egress listener on `listen`:
+/// the context it forwarded (in `tailor-context`, or as the `tailor` member of `baggage`)
+/// goes to the next hop one hop further, signed when a key is configured. A call that
+/// carries no context goes out unchanged. The next hop and its TLS are the running
+/// config's for `listen` (they reload); `started` is the next hop the listener was started
+/// with, used if a reload removed the listener's entry (its address changes only on restart).
 pub async fn egress(
     state: Arc<SidecarState>,
     shared: Shared,
-    upstream: SocketAddr,
+    listen: SocketAddr,
+    started: SocketAddr,
     mut req: Request<Incoming>,
 ) -> Response<Body> {
     let now = realtime_ns();
@@ -220,7 +227,10 @@ pub async fn egress(
     }
     let grpc = headers::is_grpc(req.headers());
     headers::remove_hop_by_hop(req.headers_mut());
-    match shared.upstreams.relay(req, upstream, &config.limits).await {
+    let entry = config.egress.iter().position(|e| e.listen == listen);
+    let upstream = entry.map_or(started, |i| config.egress[i].upstream);
+    let upstreams = entry.and_then(|i| state.egress_tls.get(i)?.as_ref()).unwrap_or(&shared.upstreams);
+    match upstreams.relay(req, upstream, &config.limits).await {
         Ok(response) => guarded(response, BodyWatch::new(&config.limits, grpc, &shared.metrics), |_| {}),
         Err(e) => {
             shared.metrics.relay_failed(&e);

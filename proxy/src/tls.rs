@@ -1,5 +1,6 @@
 //! TLS with rustls (the `ring` provider), certificates from PEM files: the server side of a
-//! listener (ALPN `h2` and `http/1.1`) and the client side towards upstreams (roots from a
+//! listener (ALPN `h2` and `http/1.1`; optionally requiring client certificates from a CA
+//! file, mutual TLS) and the client side towards upstreams (roots from a
 //! CA file, an optional fixed server name, an optional client certificate for mTLS).
 //!
 //! Every problem with the files is reported with the config file, the field, the file it
@@ -10,6 +11,7 @@ use std::sync::Arc;
 
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 use crate::config::{TlsConfig, UpstreamTlsConfig};
@@ -99,32 +101,55 @@ fn pair_problem(cert: &Path, key: &Path, e: rustls::Error) -> String {
 pub fn server(file: &Path, field: &str, tls: &TlsConfig) -> Result<Arc<ServerConfig>, ProxyError> {
     let certs = certificates(file, &format!("{field}.cert_file"), &tls.cert_file)?;
     let key = private_key(file, &format!("{field}.key_file"), &tls.key_file)?;
-    let mut config = ServerConfig::builder_with_provider(provider())
+    let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| bad(file, field, format!("{e}")))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| {
-            bad(
-                file,
-                &format!("{field}.key_file"),
-                pair_problem(&beside(file, &tls.cert_file), &beside(file, &tls.key_file), e),
-            )
-        })?;
+        .map_err(|e| bad(file, field, format!("{e}")))?;
+    let builder = match &tls.client_ca_file {
+        None => builder.with_no_client_auth(),
+        Some(ca_file) => {
+            builder.with_client_cert_verifier(client_verifier(file, &format!("{field}.client_ca_file"), ca_file)?)
+        }
+    };
+    let mut config = builder.with_single_cert(certs, key).map_err(|e| {
+        bad(
+            file,
+            &format!("{field}.key_file"),
+            pair_problem(&beside(file, &tls.cert_file), &beside(file, &tls.key_file), e),
+        )
+    })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// The CAs of the PEM file `field` names, each checked to be usable as a trust anchor.
+fn roots(file: &Path, field: &str, path: &Path) -> Result<RootCertStore, ProxyError> {
+    let mut roots = RootCertStore::empty();
+    for cert in certificates(file, field, path)? {
+        roots.add(cert).map_err(|e| {
+            bad(file, field, format!("{}: not a usable CA certificate: {e}", beside(file, path).display()))
+        })?;
+    }
+    Ok(roots)
+}
+
+/// Mutual TLS on a listener: a client must present a certificate chaining to a CA of
+/// `ca_file` (WebPKI rules: valid now, usable for client authentication); one that
+/// presents none, or another CA's, fails the handshake.
+fn client_verifier(
+    file: &Path,
+    field: &str,
+    ca_file: &Path,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, ProxyError> {
+    let roots = roots(file, field, ca_file)?;
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider()).build().map_err(|e| {
+        bad(file, field, format!("{}: cannot verify clients with it: {e}", beside(file, ca_file).display()))
+    })
 }
 
 /// The client config of `[upstream_tls]`: the upstream's certificate must chain to a
 /// certificate of `ca_file` and name `server_name` (or the upstream's IP address).
 pub fn client(file: &Path, field: &str, tls: &UpstreamTlsConfig) -> Result<ClientTls, ProxyError> {
-    let ca_field = format!("{field}.ca_file");
-    let mut roots = RootCertStore::empty();
-    for cert in certificates(file, &ca_field, &tls.ca_file)? {
-        roots.add(cert).map_err(|e| {
-            bad(file, &ca_field, format!("{}: not a usable CA certificate: {e}", beside(file, &tls.ca_file).display()))
-        })?;
-    }
+    let roots = roots(file, &format!("{field}.ca_file"), &tls.ca_file)?;
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| bad(file, field, format!("{e}")))?
@@ -194,7 +219,7 @@ pub fn find_tls_error(e: &(dyn std::error::Error + 'static)) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{parse_str, Edge, EdgeConfig};
+    use crate::config::{parse_str, Edge, EdgeConfig, Sidecar, SidecarConfig};
 
     struct Dir(PathBuf);
     impl Drop for Dir {
@@ -274,5 +299,40 @@ mod tests {
         assert!(e.contains("`upstream_tls.server_name`"), "{e}");
         let e = error(&dir, "[tls]\ncert = \"cert.pem\"\n");
         assert!(e.contains("unknown field `cert`"), "{e}");
+        let e =
+            error(&dir, "[tls]\ncert_file = \"cert.pem\"\nkey_file = \"key.pem\"\nclient_ca_file = \"empty.pem\"\n");
+        assert!(
+            e.contains("`tls.client_ca_file`") && e.contains("empty.pem") && e.contains("holds no certificate"),
+            "{e}"
+        );
+        let e = error(&dir, "[tls]\ncert_file = \"cert.pem\"\nkey_file = \"key.pem\"\nclient_ca_file = \"gone.pem\"\n");
+        assert!(e.contains("`tls.client_ca_file`") && e.contains("gone.pem") && e.contains("cannot read"), "{e}");
+    }
+
+    fn sidecar(dir: &Dir, tables: &str) -> Result<Sidecar, ProxyError> {
+        let file = dir.0.join("sidecar.toml");
+        let text = format!("listen = \"127.0.0.1:1\"\nupstream = \"127.0.0.1:2\"\n{tables}");
+        let config: SidecarConfig = parse_str(&file, &text)?;
+        Sidecar::check(&file, config)
+    }
+
+    #[test]
+    fn client_certificates_and_egress_tls_load_per_listener() {
+        let dir = files("mtls");
+        let loaded =
+            edge(&dir, "[tls]\ncert_file = \"cert.pem\"\nkey_file = \"key.pem\"\nclient_ca_file = \"ca.pem\"\n");
+        assert!(loaded.is_ok(), "{:?}", loaded.err());
+        let egress = "[[egress]]\nlisten = \"127.0.0.1:3\"\nupstream = \"127.0.0.1:4\"\n\
+                      [[egress]]\nlisten = \"127.0.0.1:5\"\nupstream = \"127.0.0.1:6\"\n[egress.upstream_tls]\n";
+        let loaded =
+            sidecar(&dir, &format!("{egress}ca_file = \"ca.pem\"\nserver_name = \"next.internal\"\n")).unwrap();
+        assert!(loaded.tls.egress[0].is_none(), "the first egress stays plaintext");
+        let next = loaded.tls.egress[1].as_ref().expect("the second egress calls over TLS");
+        assert_eq!(next.server_name, Some(ServerName::try_from("next.internal").unwrap()));
+        let e = sidecar(&dir, &format!("{egress}ca_file = \"empty.pem\"\n")).expect_err("refused").to_string();
+        assert!(e.contains("`egress[1].upstream_tls.ca_file`") && e.contains("holds no certificate"), "{e}");
+        let e =
+            sidecar(&dir, &format!("{egress}ca_file = \"ca.pem\"\ncert_file = \"cert.pem\"\n")).expect_err("refused");
+        assert!(e.to_string().contains("`egress[1].upstream_tls.key_file`"), "{e}");
     }
 }
