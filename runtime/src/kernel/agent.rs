@@ -370,6 +370,7 @@ impl<'t> Agent<'t> {
                 if let Some(cap) = d.exchange(&mut self.driver, now) {
                     tracing::debug!(cap, "adaptive c: new pool capacity");
                 }
+                stats.publish_adaptive(&d.report());
             }
             if now >= next_reap {
                 self.scan_all(now);
