@@ -34,6 +34,9 @@ pub struct TierPlan {
     pub sched_idle: bool,
     /// SCHED_RR priority of the tier's band, if any.
     pub rt_band_priority: Option<i32>,
+    /// The config asks for a band this kernel cannot give the tier's pods (RT_GROUP_SCHED:
+    /// the kubelet's cgroups have no RT budget); the tier runs without it, with a warning.
+    pub rt_band_unavailable: bool,
     /// Mechanisms in force, for the start-up report.
     pub mechanisms: Vec<String>,
     /// `[tier.pods]`: the kubelet's cgroups this tier selects, and the control files (per
@@ -182,7 +185,23 @@ impl Agent {
                 })
             };
             let rt = rt_of(t);
-            let rt_band_priority = t.rt_priority;
+            let mut rt_band_priority = t.rt_priority;
+            let rt_band_unavailable = t.is_pod_tier() && caps.rt_group && rt_band_priority.is_some();
+            if rt_band_unavailable {
+                // The kubelet's pod cgroups have no RT budget to give, and this kernel gives
+                // SCHED_RR only within one: protect with the weight alone, as `plan --pods`
+                // sizes such nodes, rather than refuse the config every node gets.
+                rt_band_priority = None;
+                warnings.push(format!(
+                    "tier {:?}: rt_priority {} not applied: this kernel schedules RT per cgroup (RT_GROUP_SCHED) and \
+                     the kubelet's pod cgroups have no RT budget, so SCHED_RR would be refused; the tier keeps its \
+                     weight{} (tailor_node_tier_rt_band_unavailable = 1). Fix, to silence this: leave rt_priority out \
+                     on such nodes (`tailor node plan --pods` does)",
+                    t.name,
+                    t.rt_priority.unwrap_or_default(),
+                    weight.map(|w| format!(" {w}")).unwrap_or_default(),
+                ));
+            }
             if rt_band_priority.is_some() && caps.rt_group && rt == 0 {
                 return Err(NodeError::Config(format!(
                     "tier {:?}: rt_priority needs rt_runtime_us > 0 on this kernel (RT group scheduling)",
@@ -290,6 +309,8 @@ impl Agent {
             }
             if let Some(p) = rt_band_priority {
                 mechanisms.push(format!("SCHED_RR {p}"));
+            } else if rt_band_unavailable {
+                mechanisms.push("no SCHED_RR band (RT_GROUP_SCHED: pod cgroups have no RT budget)".into());
             }
             if caps.psi_per_cgroup {
                 mechanisms.push("PSI".into());
@@ -300,6 +321,7 @@ impl Agent {
                 dirs,
                 sched_idle,
                 rt_band_priority,
+                rt_band_unavailable,
                 mechanisms,
                 pods: t.pods.clone(),
                 pod_settings,
@@ -627,14 +649,11 @@ impl Agent {
             .map(|(_, d)| d.as_path())
     }
 
-    /// Start-up report: what is available and what each tier gets.
+    /// Start-up report: what is available and what each tier gets ([`Self::warnings`] apart).
     pub fn describe(&self) -> String {
         let mut s = format!("{}\n", self.caps);
         for t in &self.tiers {
             s.push_str(&format!("tier {} ({:?}): {}\n", t.name, t.kind, t.mechanisms.join(", ")));
-        }
-        for w in &self.warnings {
-            s.push_str(&format!("warning: {w}\n"));
         }
         s
     }

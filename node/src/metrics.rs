@@ -25,6 +25,9 @@ struct Tier {
     /// The tier cgroup's `cpu.pressure`, where PSI is per cgroup.
     psi: Option<PathBuf>,
     members: usize,
+    /// The tier's SCHED_RR band: `Some(true)` asked for and unavailable on this kernel,
+    /// `Some(false)` in force, `None` not asked for.
+    rt_band_unavailable: Option<bool>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -69,6 +72,10 @@ impl NodeMetrics {
                 name: agent.tiers[i].name.clone(),
                 psi: agent.psi_dir(i).map(|d| d.join("cpu.pressure")),
                 members: agent.stats.members.get(i).copied().unwrap_or(0),
+                rt_band_unavailable: match &agent.tiers[i] {
+                    t if t.rt_band_unavailable => Some(true),
+                    t => t.rt_band_priority.map(|_| false),
+                },
             })
             .collect();
         s.stats = agent.stats.clone();
@@ -138,6 +145,13 @@ impl NodeMetrics {
                 "PSI `cpu some` total of the whole node (/proc/pressure/cpu).",
                 Unit::Seconds,
                 || read_psi(Path::new(NODE_PSI)).map_or(f64::NAN, |p| p.total_us as f64 / 1e6),
+            )
+            .gauge_family(
+                "tailor_node_tier_rt_band_unavailable",
+                "1 for a tier whose rt_priority this kernel cannot give its pods (RT_GROUP_SCHED: no RT budget in the kubelet's cgroups; protected by weight and cpu.idle instead), 0 where the band is in force; absent for tiers without rt_priority.",
+                None,
+                "tier",
+                per_tier(|t| t.rt_band_unavailable.map(|u| f64::from(u8::from(u)))),
             )
             .gauge("tailor_node_journal_entries", "Changes in the undo journal now.", read(|s| s.journal_entries as f64))
             .gauge(

@@ -58,8 +58,17 @@ fn reload(path: &Path, agent: &mut Agent) {
             }
             *agent = new;
             tracing::info!("reloaded {}", path.display());
-            tracing::info!("{}", agent.describe().trim_end());
+            log_plan(agent);
         }
+    }
+}
+
+/// The start-up report at info, and each thing the config asks for that this node cannot
+/// give (or that looks wrong) at warn.
+fn log_plan(agent: &Agent) {
+    tracing::info!("{}", agent.describe().trim_end());
+    for w in &agent.warnings {
+        tracing::warn!("{w}");
     }
 }
 
@@ -92,7 +101,7 @@ pub fn run(config_path: &Path, heartbeat: bool) -> Result<(), NodeError> {
     let gat_domain = config.gat_domain.clone();
     let metrics_addr = config.metrics_addr;
     let mut agent = build(config)?;
-    tracing::info!("{}", agent.describe().trim_end());
+    log_plan(&agent);
     let metrics = NodeMetrics::new();
     let scheduler_stats = tailor_runtime::kernel::AgentStats::new();
     let _admin = match metrics_addr {

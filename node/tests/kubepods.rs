@@ -483,7 +483,9 @@ fn a_bad_tier_label_is_named_with_file_and_field() {
 
 /// The agent binary, SIGTERM: a pod selected by its label gets the tier's weight while the
 /// agent runs (and `/metrics` counts it, then its release) and its own value back when the
-/// agent stops.
+/// agent stops. The tier asks for the SCHED_RR band as the chart's default does: where the
+/// kernel schedules RT per cgroup (RT_GROUP_SCHED; the kubelet's cgroups have no RT budget)
+/// the agent runs without it and says so in `/metrics`, elsewhere the pod's threads get it.
 #[test]
 fn a_labelled_pods_weight_is_restored_at_sigterm() {
     let _turn = RT_BUDGET.lock().unwrap_or_else(|p| p.into_inner());
@@ -506,7 +508,7 @@ fn a_labelled_pods_weight_is_restored_at_sigterm() {
     let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let (config, _) = sb.config(&format!(
         "kubelet_cgroup_root = \"{kubelet_root}\"\nmetrics_addr = \"{addr}\"\n[[tier]]\nname = \"{}\"\nkind = \"critical\"\n\
-         cpu_weight = 10000\n[tier.pods]\ntier_label = \"{label}\"\n",
+         cpu_weight = 10000\nrt_priority = 1\n[tier.pods]\ntier_label = \"{label}\"\n",
         sb.tier("crit")
     ));
     let agent = Proc(Command::new(BIN).arg("run").arg("--config").arg(&config).stderr(Stdio::null()).spawn().unwrap());
@@ -525,6 +527,16 @@ fn a_labelled_pods_weight_is_restored_at_sigterm() {
         Promtool::Clean => {}
         Promtool::Absent => eprintln!("skipping promtool: not installed (apt-get install prometheus)"),
         Promtool::Problems(p) => panic!("promtool check metrics: {p}\n{}", scrape.body),
+    }
+    // The band: unavailable in the kubelet's cgroups on an RT_GROUP_SCHED kernel (the agent
+    // started anyway, weight only), in force elsewhere.
+    let rt_band = format!("tailor_node_tier_rt_band_unavailable{{tier=\"{}\"}}", sb.tier("crit"));
+    assert_eq!(sample_value(&scrape.body, &rt_band), Some(f64::from(u8::from(caps.rt_group))), "{}", scrape.body);
+    let band = || policy_of(shop.pid()) == libc::SCHED_RR;
+    if caps.rt_group {
+        assert_eq!(policy_of(shop.pid()), libc::SCHED_OTHER, "no band without an RT budget");
+    } else {
+        assert!(wait_for(std::time::Duration::from_secs(10), band).is_some(), "the pod's thread in the band");
     }
     assert_eq!(sample_value(&scrape.body, "tailor_node_pod_changes_released_total"), Some(0.0));
     assert_eq!(sample_value(&scrape.body, "tailor_node_kubelet_owned_not_moved_total"), Some(0.0));
@@ -549,4 +561,60 @@ fn a_labelled_pods_weight_is_restored_at_sigterm() {
         assert_eq!(&read(f), v, "{} restored at SIGTERM", f.display());
     }
     assert_eq!(cpu_cgroup_of(shop.pid()), placed);
+    assert_eq!(policy_of(shop.pid()), libc::SCHED_OTHER, "its own policy back at SIGTERM");
+}
+
+/// The node config the chart ships (`deploy/kubernetes/tailor.yaml`, which CI checks is the
+/// chart's rendering with its default values).
+fn charts_node_config() -> tailor_node::NodeConfig {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/tailor.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut lines = yaml.lines().skip_while(|l| l.trim() != "node.toml: |").skip(1);
+    let first = lines.next().expect("node.toml has a body");
+    let indent = first.len() - first.trim_start().len();
+    let body: Vec<&str> = std::iter::once(first)
+        .chain(lines.take_while(|l| l.trim().is_empty() || l.len() - l.trim_start().len() >= indent))
+        .map(|l| l.get(indent..).unwrap_or(""))
+        .collect();
+    tailor_node::NodeConfig::parse(&body.join("\n"), "node.toml").expect("the chart's node.toml parses")
+}
+
+/// A node shape (no files are read or written: pod tiers create no cgroups of their own).
+fn shape(role: Role, rt_group: bool) -> Capabilities {
+    Capabilities {
+        hierarchies: vec![tailor_node::probe::Hierarchy { root: PathBuf::from("/nonexistent-cgroup-root"), role }],
+        online_cpus: vec![0, 1],
+        cpu_idle: true,
+        cpu_weight: true,
+        cpuset: true,
+        rt_group,
+        psi_per_cgroup: true,
+        psi_node: true,
+        sched_idle: true,
+        root: true,
+        sched_ext: false,
+    }
+}
+
+/// The chart's default critical tier asks for the SCHED_RR band; the agent starts with it
+/// on every kernel: where RT is scheduled per cgroup (RT_GROUP_SCHED, cgroup v1 with
+/// `cpu.rt_runtime_us`) the kubelet's cgroups have no RT budget, so it runs on its weight
+/// alone and warns; elsewhere the band is in force.
+#[test]
+fn the_charts_default_tiers_run_with_or_without_rt_group_scheduling() {
+    let config = charts_node_config();
+    let critical = config.tiers.iter().find(|t| t.name == "critical").expect("a critical tier");
+    assert_eq!(critical.rt_priority, Some(1), "the chart's default asks for the band");
+
+    let agent = Agent::new(config.clone(), shape(Role::V1Cpu, true)).expect("runs on an RT_GROUP_SCHED kernel");
+    let plan = agent.tiers.iter().find(|t| t.name == "critical").unwrap();
+    assert_eq!((plan.rt_band_priority, plan.rt_band_unavailable), (None, true));
+    assert!(plan.mechanisms.iter().any(|m| m == "weight 10000"), "{:?}", plan.mechanisms);
+    let warned = agent.warnings.iter().find(|w| w.contains("\"critical\"") && w.contains("RT_GROUP_SCHED"));
+    assert!(warned.is_some_and(|w| w.contains("rt_priority 1 not applied")), "{:?}", agent.warnings);
+
+    let agent = Agent::new(config, shape(Role::Unified, false)).expect("runs without RT group scheduling");
+    let plan = agent.tiers.iter().find(|t| t.name == "critical").unwrap();
+    assert_eq!((plan.rt_band_priority, plan.rt_band_unavailable), (Some(1), false));
+    assert!(!agent.warnings.iter().any(|w| w.contains("not applied")), "{:?}", agent.warnings);
 }

@@ -370,6 +370,7 @@ impl<'t> Agent<'t> {
                 if let Some(cap) = d.exchange(&mut self.driver, now) {
                     tracing::debug!(cap, "adaptive c: new pool capacity");
                 }
+                stats.publish_adaptive(&d.report());
             }
             if now >= next_reap {
                 self.scan_all(now);
@@ -477,8 +478,9 @@ impl<'t> Agent<'t> {
                 // namespace (see `nspid`). One we cannot find is never written: let it run
                 // at its own policy, unordered, and say so.
                 let (pid, tid) = (slot.pid.load(Ordering::Relaxed) as i32, slot.tid.load(Ordering::Relaxed) as i32);
+                let start = slot.start.load(Ordering::Relaxed);
                 let ns = table::unpack_pid_ns(generation, slot.pid_ns.load(Ordering::Relaxed));
-                let Some((pid, tid)) = self.resolver.resolve(ns, pid, tid) else {
+                let Some((pid, tid)) = self.resolver.resolve(ns, pid, tid, start) else {
                     self.report.unresolved += 1;
                     self.report.error(format!(
                         "slot {i}: no live thread is pid {pid} tid {tid} of PID namespace {ns:?}: it runs unordered. \
@@ -494,7 +496,7 @@ impl<'t> Agent<'t> {
                     wakes,
                     pid,
                     tid,
-                    start: slot.start.load(Ordering::Relaxed),
+                    start,
                     orig: ThreadPolicy {
                         policy: slot.orig_policy.load(Ordering::Relaxed),
                         priority: slot.orig_priority.load(Ordering::Relaxed),

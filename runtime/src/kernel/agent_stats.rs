@@ -15,6 +15,7 @@ use tailor_telemetry::prometheus_client::registry::{Registry, Unit};
 use tailor_telemetry::{AdminHandle, AdminServer, Readiness, Scraped};
 
 use super::agent::AgentReport;
+use super::decisions::DecisionReport;
 use crate::cpu::monotonic_ns;
 
 /// What the agent has done, readable from another thread while it runs.
@@ -44,6 +45,16 @@ pub struct AgentStats {
     last_pass_ns: AtomicU64,
     /// 1 while the agent serves its table.
     running: AtomicU64,
+    /// Jobs whose thread could not be found in the host's numbering (see `nspid`).
+    unresolved: AtomicU64,
+    /// `orf-adaptive`: the decision helper's counters (see `decisions`).
+    adaptive_windows: AtomicU64,
+    adaptive_dropped: AtomicU64,
+    adaptive_decided: AtomicU64,
+    adaptive_changes: AtomicU64,
+    adaptive_cpu_ns: AtomicU64,
+    /// The pool capacity in force, `max(c, cpus)`; 0: no adaptive policy (the gauge is absent).
+    adaptive_cap: AtomicU64,
 }
 
 impl AgentStats {
@@ -75,9 +86,21 @@ impl AgentStats {
         self.errors.store(report.errors, Relaxed);
         self.shifts.store(report.shifts, Relaxed);
         self.rewrites.store(report.rewrites, Relaxed);
+        self.unresolved.store(report.unresolved, Relaxed);
         self.live.store(live as u64, Relaxed);
         self.waiting.store(waiting as u64, Relaxed);
         self.last_pass_ns.store(now, Relaxed);
+    }
+
+    /// `orf-adaptive`: what the decision helper has done so far (once per pass, like
+    /// [`Self::publish`]).
+    pub(super) fn publish_adaptive(&self, report: &DecisionReport) {
+        self.adaptive_windows.store(report.windows, Relaxed);
+        self.adaptive_dropped.store(report.dropped, Relaxed);
+        self.adaptive_decided.store(report.decided, Relaxed);
+        self.adaptive_changes.store(report.changes, Relaxed);
+        self.adaptive_cpu_ns.store(report.cpu_ns, Relaxed);
+        self.adaptive_cap.store(report.cap as u64, Relaxed);
     }
 
     /// The agent thread's CPU time so far (published less often: reading it is a syscall).
@@ -118,6 +141,7 @@ impl AgentStats {
             move || field(&s).load(Relaxed) as f64
         };
         let (for_wakeups, for_cpu, for_age) = (self.clone(), self.clone(), self.clone());
+        let (for_helper_cpu, for_cap) = (self.clone(), self.clone());
         Scraped::new()
             .counter(
                 "tailor_agent_jobs_admitted",
@@ -174,9 +198,45 @@ impl AgentStats {
                 "Failed system calls (each of the first 20 is logged).",
                 counter(|s| &s.errors),
             )
+            .counter(
+                "tailor_agent_jobs_unresolved",
+                "Jobs registered from another PID namespace whose thread the agent could not find by its host id (never written; they ran unordered).",
+                counter(|s| &s.unresolved),
+            )
             .counter_in("tailor_agent_cpu", "CPU time of the agent thread.", Unit::Seconds, move || {
                 for_cpu.cpu_ns.load(Relaxed) as f64 / 1e9
             })
+            .counter(
+                "tailor_agent_adaptive_windows",
+                "orf-adaptive: windows of jobs handed to the decision helper thread.",
+                counter(|s| &s.adaptive_windows),
+            )
+            .counter(
+                "tailor_agent_adaptive_windows_dropped",
+                "orf-adaptive: windows replaced before the helper took them (it lagged; decided without them).",
+                counter(|s| &s.adaptive_dropped),
+            )
+            .counter(
+                "tailor_agent_adaptive_decisions",
+                "orf-adaptive: windows the helper decided on.",
+                counter(|s| &s.adaptive_decided),
+            )
+            .counter(
+                "tailor_agent_adaptive_c_changes",
+                "orf-adaptive: decisions that changed c, applied by the agent.",
+                counter(|s| &s.adaptive_changes),
+            )
+            .counter_in(
+                "tailor_agent_adaptive_helper_cpu",
+                "orf-adaptive: CPU time of the decision helper thread.",
+                Unit::Seconds,
+                move || for_helper_cpu.adaptive_cpu_ns.load(Relaxed) as f64 / 1e9,
+            )
+            .gauge_if(
+                "tailor_agent_adaptive_pool_capacity",
+                "orf-adaptive: the pool capacity in force, max(c, CPUs): jobs that share the CPUs (absent under other policies).",
+                move || Some(for_cap.adaptive_cap.load(Relaxed)).filter(|&c| c > 0).map(|c| c as f64),
+            )
             .gauge("tailor_agent_table_slots_used", "Table slots holding a job now.", gauge(|s| &s.live))
             .gauge("tailor_agent_table_slots", "Table slots in all.", gauge(|s| &s.slots))
             .gauge(

@@ -169,7 +169,7 @@ impl<'t> KeyAgent<'t> {
     /// is that job's (it died, or its ids now name another thread), never to be written.
     fn host(&mut self, j: &Live) -> Option<(i32, i32)> {
         let (resolver, ids) = (&mut self.resolver, &mut self.host_ids);
-        *ids.entry((j.slot, j.generation)).or_insert_with(|| resolver.resolve(j.pid_ns, j.pid, j.tid))
+        *ids.entry((j.slot, j.generation)).or_insert_with(|| resolver.resolve(j.pid_ns, j.pid, j.tid, j.start))
     }
 
     /// Sets job `j`'s thread to `p` under the write fence (see `table`): only if the slot
