@@ -54,11 +54,45 @@ pub fn process_ticks(pid: u32) -> u64 {
     get(11) + get(12)
 }
 
-/// Counters now; `pids` are the demo's processes besides this one.
+/// Counters now; `pids` are the demo's processes besides this one, counted with every
+/// process they started (a pre-forking server's workers do the work; its parent only waits).
 pub fn snapshot(pids: &[u32]) -> CpuSnapshot {
     let machine_busy = machine_busy_ticks().unwrap_or(0);
-    let demo = process_ticks(std::process::id()) + pids.iter().map(|&p| process_ticks(p)).sum::<u64>();
+    let demo =
+        process_ticks(std::process::id()) + with_descendants(pids).iter().map(|&p| process_ticks(p)).sum::<u64>();
     CpuSnapshot { machine_busy, demo, wall_ns: crate::clock::monotonic_ns() }
+}
+
+/// The parent pid from /proc/<pid>/stat.
+fn parent_of(pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    text.rfind(')').and_then(|i| text[i + 1..].split_whitespace().nth(1)?.parse().ok())
+}
+
+/// `roots` and every live process below them.
+pub fn with_descendants(roots: &[u32]) -> Vec<u32> {
+    let mut found: Vec<u32> = roots.to_vec();
+    if roots.is_empty() {
+        return found;
+    }
+    let children: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter_map(|pid| Some((parent_of(pid)?, pid)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        for &(p, child) in &children {
+            if p == parent && !found.contains(&child) {
+                found.push(child);
+            }
+        }
+        i += 1;
+    }
+    found
 }
 
 /// Usage between `before` and `after` for `requests` requests.
