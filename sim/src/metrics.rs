@@ -7,6 +7,7 @@ use tailor_core::time::{to_millis_f64, NANOS_PER_SEC};
 use tailor_core::Nanos;
 
 use crate::model::Model;
+use crate::ranked::Ranked;
 
 /// Everything recorded about the measured requests of one run (struct of arrays).
 #[derive(Clone, Debug, Default)]
@@ -93,11 +94,11 @@ impl Recorder {
         self.tasks_missed += missed as u64;
     }
 
-    /// Computes the run's summary. Sorting makes this O(n log n); it runs once per run.
+    /// Computes the run's summary. It runs once per run; quantiles are selected, not
+    /// sorted for (the arrival-order sorts of the intervals and the reordering remain).
     pub fn summarize(&self) -> Summary {
         let n = self.latency.len();
-        let mut sorted = self.latency.clone();
-        sorted.sort_unstable();
+        let mut all = Ranked::new(self.latency.clone());
         let rejected: u64 = self.rejected_by_class.iter().sum();
         let offered = self.admitted + rejected;
         let span = if n > 0 {
@@ -116,9 +117,9 @@ impl Recorder {
         let mut per_class = Vec::new();
         for (c, name) in self.class_names.iter().enumerate() {
             let pct = self.class_slo[c].map_or(99.0, |(p, _)| p);
-            // One class holds every record: its latencies are `sorted`.
+            // One class holds every record: its latencies are `all`.
             let (count, tail_ms, p99_ms) = if self.class_names.len() == 1 {
-                (n as u64, quantile_ms(&sorted, pct / 100.0), quantile_ms(&sorted, 0.99))
+                (n as u64, all.quantile_ms(pct / 100.0), all.quantile_ms(0.99))
             } else {
                 let mut lat: Vec<Nanos> = self.select(|i| self.class[i] as usize == c);
                 (lat.len() as u64, select_quantile_ms(&mut lat, pct / 100.0), select_quantile_ms(&mut lat, 0.99))
@@ -173,16 +174,24 @@ impl Recorder {
             }
         }
         let has_slo = self.class_slo.iter().any(Option::is_some);
-        let ci95 = self.batch_ci95(&sorted);
+        let by_gat = arrival_order(&self.gat);
+        let ci95 = self.batch_ci95(&mut all, &by_gat);
         Summary {
             requests: n as u64,
             offered,
             rejected,
             rejected_pct: pct_of(rejected, offered),
-            latency_ms: Percentiles::of_sorted(&sorted),
+            latency_ms: Percentiles {
+                mean: all.mean() / 1e6,
+                p50: all.quantile_ms(0.50),
+                p90: all.quantile_ms(0.90),
+                p99: all.quantile_ms(0.99),
+                p999: all.quantile_ms(0.999),
+                max: all.quantile_ms(1.0),
+            },
             ci95,
             throughput_rps: n as f64 / (span as f64 / NANOS_PER_SEC as f64),
-            reordering_pct: reordering_pct(&self.gat, &self.latency, &self.ideal_latency),
+            reordering_pct: reordering_pct_in(&self.gat, &self.latency, &self.ideal_latency, &by_gat),
             slowdown_p99,
             tasks: self.tasks_dequeued,
             deadline_miss_pct: pct_of(self.tasks_missed, self.tasks_dequeued),
@@ -200,20 +209,19 @@ impl Recorder {
     /// Consecutive batches of a stable queue are nearly independent when each
     /// holds many busy periods; with fewer than 20 requests per batch there is
     /// no interval.
-    /// `sorted`: every latency, ascending.
-    fn batch_ci95(&self, sorted: &[Nanos]) -> Option<ConfidenceIntervals> {
+    /// `all`: every latency; `by_gat`: [`arrival_order`].
+    fn batch_ci95(&self, all: &mut Ranked, by_gat: &[u32]) -> Option<ConfidenceIntervals> {
         const BATCHES: usize = 20;
         const T_19_975: f64 = 2.093;
         let n = self.latency.len();
         if n < BATCHES * 20 {
             return None;
         }
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_unstable_by_key(|&i| self.gat[i]);
         let size = n / BATCHES;
         let (mut means, mut p99s) = (Vec::with_capacity(BATCHES), Vec::with_capacity(BATCHES));
         for b in 0..BATCHES {
-            let mut lat: Vec<Nanos> = order[b * size..(b + 1) * size].iter().map(|&i| self.latency[i]).collect();
+            let mut lat: Vec<Nanos> =
+                by_gat[b * size..(b + 1) * size].iter().map(|&i| self.latency[i as usize]).collect();
             means.push(lat.iter().map(|&x| x as f64).sum::<f64>() / size as f64 / 1e6);
             p99s.push(select_quantile_ms(&mut lat, 0.99));
         }
@@ -224,11 +232,10 @@ impl Recorder {
             let half = T_19_975 * (var / xs.len() as f64).sqrt();
             [centre - half, centre + half]
         };
-        let all = sorted;
-        let overall_mean = all.iter().map(|&x| x as f64).sum::<f64>() / n as f64 / 1e6;
+        let overall_mean = all.mean() / 1e6;
         Some(ConfidenceIntervals {
             mean_ms: interval(&means, overall_mean),
-            p99_ms: interval(&p99s, quantile_ms(all, 0.99)),
+            p99_ms: interval(&p99s, all.quantile_ms(0.99)),
         })
     }
 
@@ -248,10 +255,6 @@ fn pct_of(part: u64, whole: u64) -> f64 {
 // Percentiles are core's (`tailor_core::latency`) so that crates that only summarise
 // measured latencies (the doctor) need not link the simulator.
 pub use tailor_core::latency::{quantile_sorted, Percentiles};
-
-fn quantile_ms(sorted: &[Nanos], p: f64) -> f64 {
-    to_millis_f64(quantile_sorted(sorted, p))
-}
 
 /// [`quantile_sorted`] of unsorted values, in ms: the value at the rank is selected
 /// (O(n), reordering `values`) instead of sorted for.
@@ -286,6 +289,20 @@ fn select_quantile_f64(values: &mut [f64], p: f64) -> f64 {
 /// the youngest request, keeping in a Fenwick tree over ideal-completion rank
 /// the earliest actual completion among the requests already swept.
 pub fn reordering_pct(gat: &[Nanos], latency: &[Nanos], ideal: &[Nanos]) -> f64 {
+    reordering_pct_in(gat, latency, ideal, &arrival_order(gat))
+}
+
+/// Record indices in arrival (GAT) order, equal GATs in record order: sorted as
+/// (GAT, index) pairs, which compare without a lookup. Records are appended at
+/// completion, nearly in arrival order.
+fn arrival_order(gat: &[Nanos]) -> Vec<u32> {
+    let mut pairs: Vec<(Nanos, u32)> = gat.iter().enumerate().map(|(i, &g)| (g, i as u32)).collect();
+    pairs.sort_unstable();
+    pairs.into_iter().map(|(_, i)| i).collect()
+}
+
+/// [`reordering_pct`] given the records' [`arrival_order`].
+fn reordering_pct_in(gat: &[Nanos], latency: &[Nanos], ideal: &[Nanos], by_gat: &[u32]) -> f64 {
     let n = gat.len();
     if n == 0 {
         return 0.0;
@@ -311,9 +328,7 @@ pub fn reordering_pct(gat: &[Nanos], latency: &[Nanos], ideal: &[Nanos]) -> f64 
     let mut tree = vec![Nanos::MAX; ranks + 1];
     let top_index = |rk: usize| ranks - rk; // rank ranks-1 → 1, rank 0 → ranks
                                             // Youngest first.
-    let mut by_gat: Vec<(std::cmp::Reverse<Nanos>, usize)> = (0..n).map(|i| (std::cmp::Reverse(gat[i]), i)).collect();
-    by_gat.sort_unstable();
-    let by_gat: Vec<usize> = by_gat.into_iter().map(|(_, i)| i).collect();
+    let by_gat: Vec<usize> = by_gat.iter().rev().map(|&i| i as usize).collect();
     let mut reordered = 0u64;
     let mut i = 0;
     while i < n {
