@@ -13,6 +13,7 @@ pub mod builder;
 pub mod engine;
 pub mod metrics;
 pub mod model;
+mod ranked;
 // The SVG plots live in their own crate so the node agent can draw without the simulator.
 pub use tailor_plot as plot;
 pub mod report;

@@ -7,6 +7,7 @@ use tailor_core::time::{to_millis_f64, NANOS_PER_SEC};
 use tailor_core::Nanos;
 
 use crate::model::Model;
+use crate::ranked::Ranked;
 
 /// Everything recorded about the measured requests of one run (struct of arrays).
 #[derive(Clone, Debug, Default)]
@@ -93,11 +94,11 @@ impl Recorder {
         self.tasks_missed += missed as u64;
     }
 
-    /// Computes the run's summary. Sorting makes this O(n log n); it runs once per run.
+    /// Computes the run's summary. It runs once per run; quantiles are selected, not
+    /// sorted for (the arrival-order sorts of the intervals and the reordering remain).
     pub fn summarize(&self) -> Summary {
         let n = self.latency.len();
-        let mut sorted = self.latency.clone();
-        sorted.sort_unstable();
+        let mut all = Ranked::new(self.latency.clone());
         let rejected: u64 = self.rejected_by_class.iter().sum();
         let offered = self.admitted + rejected;
         let span = if n > 0 {
@@ -109,40 +110,58 @@ impl Recorder {
         };
         let mut slowdown: Vec<f64> =
             self.latency.iter().zip(&self.demand).map(|(&l, &d)| l as f64 / d.max(1) as f64).collect();
-        slowdown.sort_unstable_by(f64::total_cmp);
+        // Quantiles of a group are selected (O(n)), not sorted for: the value at a
+        // rank is the same either way.
+        let slowdown_p99 = select_quantile_f64(&mut slowdown, 0.99);
 
         let mut per_class = Vec::new();
         for (c, name) in self.class_names.iter().enumerate() {
-            let mut lat: Vec<Nanos> = self.select(|i| self.class[i] as usize == c);
-            lat.sort_unstable();
             let pct = self.class_slo[c].map_or(99.0, |(p, _)| p);
+            // One class holds every record: its latencies are `all`.
+            let (count, tail_ms, p99_ms) = if self.class_names.len() == 1 {
+                (n as u64, all.quantile_ms(pct / 100.0), all.quantile_ms(0.99))
+            } else {
+                let mut lat: Vec<Nanos> = self.select(|i| self.class[i] as usize == c);
+                (lat.len() as u64, select_quantile_ms(&mut lat, pct / 100.0), select_quantile_ms(&mut lat, 0.99))
+            };
             per_class.push(ClassSummary {
                 class: name.clone(),
-                count: lat.len() as u64,
+                count,
                 rejected: self.rejected_by_class[c],
                 percentile: pct,
-                tail_ms: quantile_ms(&lat, pct / 100.0),
-                p99_ms: quantile_ms(&lat, 0.99),
+                tail_ms,
+                p99_ms,
                 slo_ms: self.class_slo[c].map(|(_, s)| to_millis_f64(s)),
             });
         }
-        let mut fanouts: Vec<u32> = self.fanout.clone();
-        fanouts.sort_unstable();
-        fanouts.dedup();
+        // The distinct fanouts, ascending (few: skip runs of one value before the set).
+        let mut distinct = std::collections::BTreeSet::new();
+        let mut last = None;
+        for &k in &self.fanout {
+            if last != Some(k) {
+                distinct.insert(k);
+                last = Some(k);
+            }
+        }
+        let fanouts: Vec<u32> = distinct.into_iter().collect();
         let mut per_fanout = Vec::new();
         let mut groups = Vec::new();
         for &k in &fanouts {
             let mut lat: Vec<Nanos> = self.select(|i| self.fanout[i] == k);
-            lat.sort_unstable();
-            per_fanout.push(FanoutSummary { fanout: k, count: lat.len() as u64, p99_ms: quantile_ms(&lat, 0.99) });
+            let count = lat.len() as u64;
+            per_fanout.push(FanoutSummary { fanout: k, count, p99_ms: select_quantile_ms(&mut lat, 0.99) });
             for (c, slo) in self.class_slo.iter().enumerate() {
                 let Some((pct, slo)) = *slo else { continue };
-                let mut lat: Vec<Nanos> = self.select(|i| self.fanout[i] == k && self.class[i] as usize == c);
+                let mut lat: Vec<Nanos> = if self.class_names.len() == 1 {
+                    // Every record is of this class: the fanout's group is the one above.
+                    std::mem::take(&mut lat)
+                } else {
+                    self.select(|i| self.fanout[i] == k && self.class[i] as usize == c)
+                };
                 if lat.is_empty() {
                     continue;
                 }
-                lat.sort_unstable();
-                let tail = quantile_ms(&lat, pct / 100.0);
+                let tail = select_quantile_ms(&mut lat, pct / 100.0);
                 groups.push(GroupSummary {
                     class: self.class_names[c].clone(),
                     fanout: k,
@@ -155,17 +174,25 @@ impl Recorder {
             }
         }
         let has_slo = self.class_slo.iter().any(Option::is_some);
-        let ci95 = self.batch_ci95();
+        let by_gat = arrival_order(&self.gat);
+        let ci95 = self.batch_ci95(&mut all, &by_gat);
         Summary {
             requests: n as u64,
             offered,
             rejected,
             rejected_pct: pct_of(rejected, offered),
-            latency_ms: Percentiles::of_sorted(&sorted),
+            latency_ms: Percentiles {
+                mean: all.mean() / 1e6,
+                p50: all.quantile_ms(0.50),
+                p90: all.quantile_ms(0.90),
+                p99: all.quantile_ms(0.99),
+                p999: all.quantile_ms(0.999),
+                max: all.quantile_ms(1.0),
+            },
             ci95,
             throughput_rps: n as f64 / (span as f64 / NANOS_PER_SEC as f64),
-            reordering_pct: reordering_pct(&self.gat, &self.latency, &self.ideal_latency),
-            slowdown_p99: quantile_f64(&slowdown, 0.99),
+            reordering_pct: reordering_pct_in(&self.gat, &self.latency, &self.ideal_latency, &by_gat),
+            slowdown_p99,
             tasks: self.tasks_dequeued,
             deadline_miss_pct: pct_of(self.tasks_missed, self.tasks_dequeued),
             slo_met: if has_slo { Some(!groups.is_empty() && groups.iter().all(|g| g.met)) } else { None },
@@ -182,22 +209,21 @@ impl Recorder {
     /// Consecutive batches of a stable queue are nearly independent when each
     /// holds many busy periods; with fewer than 20 requests per batch there is
     /// no interval.
-    fn batch_ci95(&self) -> Option<ConfidenceIntervals> {
+    /// `all`: every latency; `by_gat`: [`arrival_order`].
+    fn batch_ci95(&self, all: &mut Ranked, by_gat: &[u32]) -> Option<ConfidenceIntervals> {
         const BATCHES: usize = 20;
         const T_19_975: f64 = 2.093;
         let n = self.latency.len();
         if n < BATCHES * 20 {
             return None;
         }
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_unstable_by_key(|&i| self.gat[i]);
         let size = n / BATCHES;
         let (mut means, mut p99s) = (Vec::with_capacity(BATCHES), Vec::with_capacity(BATCHES));
         for b in 0..BATCHES {
-            let mut lat: Vec<Nanos> = order[b * size..(b + 1) * size].iter().map(|&i| self.latency[i]).collect();
+            let mut lat: Vec<Nanos> =
+                by_gat[b * size..(b + 1) * size].iter().map(|&i| self.latency[i as usize]).collect();
             means.push(lat.iter().map(|&x| x as f64).sum::<f64>() / size as f64 / 1e6);
-            lat.sort_unstable();
-            p99s.push(quantile_ms(&lat, 0.99));
+            p99s.push(select_quantile_ms(&mut lat, 0.99));
         }
         // Centred on the whole-sample statistic, as benches/ciw/mmc.py does.
         let interval = |xs: &[f64], centre: f64| {
@@ -206,12 +232,10 @@ impl Recorder {
             let half = T_19_975 * (var / xs.len() as f64).sqrt();
             [centre - half, centre + half]
         };
-        let mut all: Vec<Nanos> = self.latency.clone();
-        all.sort_unstable();
-        let overall_mean = all.iter().map(|&x| x as f64).sum::<f64>() / n as f64 / 1e6;
+        let overall_mean = all.mean() / 1e6;
         Some(ConfidenceIntervals {
             mean_ms: interval(&means, overall_mean),
-            p99_ms: interval(&p99s, quantile_ms(&all, 0.99)),
+            p99_ms: interval(&p99s, all.quantile_ms(0.99)),
         })
     }
 
@@ -232,16 +256,23 @@ fn pct_of(part: u64, whole: u64) -> f64 {
 // measured latencies (the doctor) need not link the simulator.
 pub use tailor_core::latency::{quantile_sorted, Percentiles};
 
-fn quantile_ms(sorted: &[Nanos], p: f64) -> f64 {
-    to_millis_f64(quantile_sorted(sorted, p))
-}
-
-fn quantile_f64(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
+/// [`quantile_sorted`] of unsorted values, in ms: the value at the rank is selected
+/// (O(n), reordering `values`) instead of sorted for.
+fn select_quantile_ms(values: &mut [Nanos], p: f64) -> f64 {
+    if values.is_empty() {
         return 0.0;
     }
-    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
+    let rank = ((p * values.len() as f64).ceil() as usize).clamp(1, values.len());
+    to_millis_f64(*values.select_nth_unstable(rank - 1).1)
+}
+
+/// Nearest-rank quantile of unsorted values in `f64::total_cmp` order (selected, O(n)).
+fn select_quantile_f64(values: &mut [f64], p: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p * values.len() as f64).ceil() as usize).clamp(1, values.len());
+    *values.select_nth_unstable_by(rank - 1, f64::total_cmp).1
 }
 
 /// Percentage of requests that a *later-arriving* request overtook although
@@ -258,6 +289,20 @@ fn quantile_f64(sorted: &[f64], p: f64) -> f64 {
 /// the youngest request, keeping in a Fenwick tree over ideal-completion rank
 /// the earliest actual completion among the requests already swept.
 pub fn reordering_pct(gat: &[Nanos], latency: &[Nanos], ideal: &[Nanos]) -> f64 {
+    reordering_pct_in(gat, latency, ideal, &arrival_order(gat))
+}
+
+/// Record indices in arrival (GAT) order, equal GATs in record order: sorted as
+/// (GAT, index) pairs, which compare without a lookup. Records are appended at
+/// completion, nearly in arrival order.
+fn arrival_order(gat: &[Nanos]) -> Vec<u32> {
+    let mut pairs: Vec<(Nanos, u32)> = gat.iter().enumerate().map(|(i, &g)| (g, i as u32)).collect();
+    pairs.sort_unstable();
+    pairs.into_iter().map(|(_, i)| i).collect()
+}
+
+/// [`reordering_pct`] given the records' [`arrival_order`].
+fn reordering_pct_in(gat: &[Nanos], latency: &[Nanos], ideal: &[Nanos], by_gat: &[u32]) -> f64 {
     let n = gat.len();
     if n == 0 {
         return 0.0;
@@ -265,22 +310,25 @@ pub fn reordering_pct(gat: &[Nanos], latency: &[Nanos], ideal: &[Nanos]) -> f64 
     let ideal_end: Vec<Nanos> = (0..n).map(|i| gat[i] + ideal[i]).collect();
     let actual_end: Vec<Nanos> = (0..n).map(|i| gat[i] + latency[i]).collect();
     // Rank of each request's ideal completion, equal values sharing a rank.
-    let mut by_ideal: Vec<usize> = (0..n).collect();
-    by_ideal.sort_unstable_by_key(|&i| ideal_end[i]);
+    // Sorted as (key, index) pairs, which compare without a lookup; only the
+    // ranks (equal keys share one) and the GAT groups matter, not how ties order.
+    let mut by_ideal: Vec<(Nanos, usize)> = (0..n).map(|i| (ideal_end[i], i)).collect();
+    by_ideal.sort_unstable();
     let mut rank = vec![0usize; n];
     let mut r = 0;
     for w in 0..n {
-        if w > 0 && ideal_end[by_ideal[w]] != ideal_end[by_ideal[w - 1]] {
+        if w > 0 && by_ideal[w].0 != by_ideal[w - 1].0 {
             r += 1;
         }
-        rank[by_ideal[w]] = r;
+        rank[by_ideal[w].1] = r;
     }
+    drop(by_ideal);
     let ranks = r + 1;
     // Fenwick tree for "min actual completion among ranks > q", indexed from the top.
     let mut tree = vec![Nanos::MAX; ranks + 1];
     let top_index = |rk: usize| ranks - rk; // rank ranks-1 → 1, rank 0 → ranks
-    let mut by_gat: Vec<usize> = (0..n).collect();
-    by_gat.sort_unstable_by(|&a, &b| gat[b].cmp(&gat[a]));
+                                            // Youngest first.
+    let by_gat: Vec<usize> = by_gat.iter().rev().map(|&i| i as usize).collect();
     let mut reordered = 0u64;
     let mut i = 0;
     while i < n {

@@ -8,11 +8,19 @@
 
 use tailor_core::Nanos;
 
-/// Min-heap of `(time, seq)` keys, one per node, with in-place updates.
+/// Marks a node whose timer is unset: it has no entry in the heap.
+const ABSENT: u32 = u32::MAX;
+
+/// Min-heap of `(time, seq)` keys, one per node whose timer is set, with
+/// in-place updates. Unset timers (`Nanos::MAX`) leave the heap instead of
+/// sinking to its bottom, so at low load (most nodes idle) it stays shallow;
+/// each entry carries its key, so a sift compares without a lookup.
+/// Set keys are distinct (every `set` that moves a timer takes a fresh `seq`),
+/// so the order of the earliest timers does not depend on the heap's shape.
 pub struct NodeTimers {
-    /// Heap of node ids.
-    heap: Vec<u32>,
-    /// Position of each node in `heap`.
+    /// The heap: (time, seq, node).
+    heap: Vec<(Nanos, u64, u32)>,
+    /// Position of each node in `heap`, or `ABSENT`.
     pos: Vec<u32>,
     /// Key of each node: time, then a sequence number for deterministic ties.
     key: Vec<(Nanos, u64)>,
@@ -21,19 +29,13 @@ pub struct NodeTimers {
 impl NodeTimers {
     /// `nodes` timers, all unset (at `Nanos::MAX`).
     pub fn new(nodes: usize) -> Self {
-        NodeTimers {
-            heap: (0..nodes as u32).collect(),
-            pos: (0..nodes as u32).collect(),
-            key: vec![(Nanos::MAX, 0); nodes],
-        }
+        NodeTimers { heap: Vec::with_capacity(nodes), pos: vec![ABSENT; nodes], key: vec![(Nanos::MAX, 0); nodes] }
     }
 
     /// The earliest timer: (time, seq, node); `None` if every timer is unset.
     #[inline]
     pub fn peek(&self) -> Option<(Nanos, u64, usize)> {
-        let &n = self.heap.first()?;
-        let (t, s) = self.key[n as usize];
-        (t != Nanos::MAX).then_some((t, s, n as usize))
+        self.heap.first().map(|&(t, s, n)| (t, s, n as usize))
     }
 
     /// The earliest timer as (time, seq, node), with time `Nanos::MAX` when
@@ -41,10 +43,7 @@ impl NodeTimers {
     #[inline]
     pub fn peek_raw(&self) -> (Nanos, u64, usize) {
         match self.heap.first() {
-            Some(&n) => {
-                let (t, s) = self.key[n as usize];
-                (t, s, n as usize)
-            }
+            Some(&(t, s, n)) => (t, s, n as usize),
             None => (Nanos::MAX, 0, 0),
         }
     }
@@ -57,14 +56,21 @@ impl NodeTimers {
             return; // keep the original tie-break order
         }
         self.key[node] = (time, seq);
-        if self.heap.len() == 1 {
-            return; // a single node: nothing to reorder
-        }
-        let i = self.pos[node] as usize;
-        if (time, seq) < old {
-            self.sift_up(i);
+        let i = self.pos[node];
+        if time == Nanos::MAX {
+            self.remove(i as usize);
+        } else if i == ABSENT {
+            self.heap.push((time, seq, node as u32));
+            self.sift_up(self.heap.len() - 1);
         } else {
-            self.sift_down(i);
+            let i = i as usize;
+            self.heap[i].0 = time;
+            self.heap[i].1 = seq;
+            if (time, seq) < old {
+                self.sift_up(i);
+            } else {
+                self.sift_down(i);
+            }
         }
     }
 
@@ -73,26 +79,39 @@ impl NodeTimers {
         self.key[node].0
     }
 
+    /// Takes the entry at `i` out of the heap.
+    fn remove(&mut self, i: usize) {
+        let gone = self.heap.swap_remove(i);
+        self.pos[gone.2 as usize] = ABSENT;
+        if i < self.heap.len() {
+            let moved = self.heap[i];
+            self.pos[moved.2 as usize] = i as u32;
+            if (moved.0, moved.1) < (gone.0, gone.1) {
+                self.sift_up(i);
+            } else {
+                self.sift_down(i);
+            }
+        }
+    }
+
     fn sift_up(&mut self, mut i: usize) {
-        let n = self.heap[i];
-        let k = self.key[n as usize];
+        let e = self.heap[i];
         while i > 0 {
             let parent = (i - 1) / 2;
             let p = self.heap[parent];
-            if self.key[p as usize] <= k {
+            if (p.0, p.1) <= (e.0, e.1) {
                 break;
             }
             self.heap[i] = p;
-            self.pos[p as usize] = i as u32;
+            self.pos[p.2 as usize] = i as u32;
             i = parent;
         }
-        self.heap[i] = n;
-        self.pos[n as usize] = i as u32;
+        self.heap[i] = e;
+        self.pos[e.2 as usize] = i as u32;
     }
 
     fn sift_down(&mut self, mut i: usize) {
-        let n = self.heap[i];
-        let k = self.key[n as usize];
+        let e = self.heap[i];
         let len = self.heap.len();
         loop {
             let left = 2 * i + 1;
@@ -100,21 +119,17 @@ impl NodeTimers {
                 break;
             }
             let right = left + 1;
-            let child = if right < len && self.key[self.heap[right] as usize] < self.key[self.heap[left] as usize] {
-                right
-            } else {
-                left
-            };
-            let c = self.heap[child];
-            if k <= self.key[c as usize] {
+            let (l, r) = (self.heap[left], if right < len { self.heap[right] } else { (Nanos::MAX, u64::MAX, 0) });
+            let (child, c) = if (r.0, r.1) < (l.0, l.1) { (right, r) } else { (left, l) };
+            if (e.0, e.1) <= (c.0, c.1) {
                 break;
             }
             self.heap[i] = c;
-            self.pos[c as usize] = i as u32;
+            self.pos[c.2 as usize] = i as u32;
             i = child;
         }
-        self.heap[i] = n;
-        self.pos[n as usize] = i as u32;
+        self.heap[i] = e;
+        self.pos[e.2 as usize] = i as u32;
     }
 }
 
