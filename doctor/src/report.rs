@@ -8,11 +8,15 @@ use crate::inspect::Diagnosis;
 
 pub fn human(d: &Diagnosis) -> String {
     let mut s = String::new();
+    // The whole node has no threads of its own to count: say what was inspected instead.
+    let scope = if d.target.is_node() {
+        "the whole node (no service given: --pid, --service or --cgroup names one)".to_string()
+    } else {
+        format!("{} — {} threads", d.target.label, d.target.thread_count)
+    };
     let _ = writeln!(
         s,
-        "tailor doctor: {} — {} threads, CPUs {}, sampled {} ms{}",
-        d.target.label,
-        d.target.thread_count,
+        "tailor doctor: {scope}, CPUs {}, sampled {} ms{}",
         format_list(&d.target.cpus),
         d.interval_ms,
         if d.privileged { "" } else { " (not root: some facts need root, listed below)" }
@@ -51,5 +55,16 @@ mod tests {
         let json = serde_json::to_value(&d).unwrap();
         assert_eq!(json["findings"][0]["severity"], "problem");
         assert_eq!(json["target"]["cpus"], "0");
+        assert!(text.starts_with("tailor doctor: pid 100"), "{text}");
+    }
+
+    #[test]
+    fn a_node_wide_report_says_so_instead_of_counting_no_threads() {
+        let d = diagnose_case("contended", TargetSpec::Node);
+        let text = super::human(&d);
+        let header = text.lines().next().unwrap();
+        assert!(header.starts_with("tailor doctor: the whole node"), "{header}");
+        assert!(!header.contains("0 threads"), "{header}");
+        assert!(!text.contains("its threads"), "node-wide findings speak of the node:\n{text}");
     }
 }

@@ -11,12 +11,16 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
     let (Some(runtime), Some(period)) = (read("sched_rt_runtime_us"), read("sched_rt_period_us")) else {
         return vec![Finding::unknown("rt_throttle", Source::RtThrottling, "/proc/sys/kernel/sched_rt_* not readable")];
     };
-    let rt_threads = ctx
-        .after
-        .tasks
-        .values()
-        .filter(|t| !ctx.target.is_node() && ctx.is_target(t.pid) && !is_fair_class(t.stat.policy))
-        .count();
+    if ctx.target.is_node() {
+        // No service to judge the budget against: report it, as the node's setting.
+        return vec![Finding::ok(
+            "rt_throttle",
+            Source::RtThrottling,
+            "node-wide: real-time threads get at most the RT budget; name a service to judge it",
+            vec![format!("sched_rt_runtime_us={runtime} sched_rt_period_us={period} [/proc/sys/kernel]")],
+        )];
+    }
+    let rt_threads = ctx.after.tasks.values().filter(|t| ctx.is_target(t.pid) && !is_fair_class(t.stat.policy)).count();
     let evidence = vec![
         format!("sched_rt_runtime_us={runtime} sched_rt_period_us={period} [/proc/sys/kernel]"),
         format!("{rt_threads} of its threads run in a real-time class"),
