@@ -6,21 +6,27 @@
 
 use tailor_sim::adaptive_c::{self, Plan, Topology, WORKLOADS};
 
-#[test]
-fn adaptive_c_is_near_the_best_fixed_c_on_fixed_and_bimodal_service() {
-    let plan = Plan {
+/// One 3-core tier at ρ 0.8, 30,000 measured requests: `workloads` under each of `fixed_c`
+/// and adaptive `c`, with one seed.
+fn plan_at_rho_0_8(workloads: &[&str], fixed_c: Vec<usize>, seed: u64) -> Plan {
+    Plan {
         workloads: WORKLOADS
             .iter()
-            .filter(|(n, _)| *n == "Fixed" || *n == "Bimodal")
+            .filter(|(n, _)| workloads.contains(n))
             .map(|(n, d)| (n.to_string(), d.to_string()))
             .collect(),
         utilizations: vec![0.8],
-        fixed_c: vec![1, 4, 8, 16, 32, 64],
-        seeds: vec![1],
+        fixed_c,
+        seeds: vec![seed],
         requests: 30_000,
         warmup: 3_000,
         ..Plan::full(Topology::Node, 1, 30_000)
-    };
+    }
+}
+
+#[test]
+fn adaptive_c_is_near_the_best_fixed_c_on_fixed_and_bimodal_service() {
+    let plan = plan_at_rho_0_8(&["Fixed", "Bimodal"], vec![1, 4, 8, 16, 32, 64], 1);
     let points = adaptive_c::run(&plan, 2).expect("the built-in settings are valid");
     let verdicts = adaptive_c::verdicts(&points);
     let table = adaptive_c::table(&verdicts);
@@ -51,19 +57,7 @@ fn adaptive_c_is_near_the_best_fixed_c_on_fixed_and_bimodal_service() {
 /// step pays 1.5× over the run (the sweep's one miss before the one-step descent).
 #[test]
 fn a_burst_window_does_not_drop_c_on_lognormal_service() {
-    let plan = Plan {
-        workloads: WORKLOADS
-            .iter()
-            .filter(|(n, _)| *n == "Lognormal")
-            .map(|(n, d)| (n.to_string(), d.to_string()))
-            .collect(),
-        utilizations: vec![0.8],
-        fixed_c: vec![16, 32, 48, 64],
-        seeds: vec![2],
-        requests: 30_000,
-        warmup: 3_000,
-        ..Plan::full(Topology::Node, 1, 30_000)
-    };
+    let plan = plan_at_rho_0_8(&["Lognormal"], vec![16, 32, 48, 64], 2);
     let points = adaptive_c::run(&plan, 2).expect("the built-in settings are valid");
     let verdicts = adaptive_c::verdicts(&points);
     let table = adaptive_c::table(&verdicts);
