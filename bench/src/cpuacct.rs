@@ -63,36 +63,27 @@ pub fn snapshot(pids: &[u32]) -> CpuSnapshot {
     CpuSnapshot { machine_busy, demo, wall_ns: crate::clock::monotonic_ns() }
 }
 
-/// The parent pid from /proc/<pid>/stat.
-fn parent_of(pid: u32) -> Option<u32> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    text.rfind(')').and_then(|i| text[i + 1..].split_whitespace().nth(1)?.parse().ok())
+/// Every process below `pid` (children, their children, ...), from each thread's
+/// `/proc/<pid>/task/<tid>/children`.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else { continue };
+        for task in tasks.flatten() {
+            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+                found.push(child);
+                todo.push(child);
+            }
+        }
+    }
+    found
 }
 
 /// `roots` and every live process below them.
 pub fn with_descendants(roots: &[u32]) -> Vec<u32> {
-    let mut found: Vec<u32> = roots.to_vec();
-    if roots.is_empty() {
-        return found;
-    }
-    let children: Vec<(u32, u32)> = std::fs::read_dir("/proc")
-        .map(|dir| {
-            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-                .filter_map(|pid| Some((parent_of(pid)?, pid)))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut i = 0;
-    while i < found.len() {
-        let parent = found[i];
-        for &(p, child) in &children {
-            if p == parent && !found.contains(&child) {
-                found.push(child);
-            }
-        }
-        i += 1;
-    }
-    found
+    roots.iter().flat_map(|&r| std::iter::once(r).chain(descendants(r))).collect()
 }
 
 /// Usage between `before` and `after` for `requests` requests.

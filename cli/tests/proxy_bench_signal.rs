@@ -5,22 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Every process below `pid` (children, their children, ...), from /proc.
-fn descendants(pid: u32) -> Vec<u32> {
-    let mut found = Vec::new();
-    let mut todo = vec![pid];
-    while let Some(p) = todo.pop() {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else { continue };
-        for task in tasks.flatten() {
-            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            for child in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
-                found.push(child);
-                todo.push(child);
-            }
-        }
-    }
-    found
-}
+use tailor_bench::cpuacct::descendants;
 
 /// Alive: present and not a zombie waiting for its new parent to reap it.
 fn alive(pid: u32) -> bool {
