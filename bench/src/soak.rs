@@ -120,6 +120,9 @@ pub struct Trend {
     /// stall's burst of connections took) exceeds the first test only, and is reported as
     /// such (`step`), not as growth.
     pub grows: bool,
+    /// The last sample after the load stopped and the processes sat idle (None without a
+    /// settling phase, or for RSS, which an allocator keeps).
+    pub settled: Option<f64>,
 }
 
 impl Trend {
@@ -127,6 +130,20 @@ impl Trend {
     pub fn stepped(&self) -> bool {
         self.fitted_change > self.bound && !self.grows
     }
+
+    /// Still above its starting level by more than the bound once the load has stopped and
+    /// every idle timer has fired: what a burst took (connections, pool threads, slots) is
+    /// given back; a leak is not. The verdict a short run can give — its fitted slope moves
+    /// with the peak concurrency a stall happened to cause.
+    pub fn kept_after_the_load(&self) -> bool {
+        self.settled.is_some_and(|v| v > self.first + self.bound)
+    }
+}
+
+/// Series that must come back to their starting level after the load: everything but RSS
+/// (an allocator keeps freed memory; RSS is judged by its slope).
+fn comes_back(name: &str) -> bool {
+    !name.ends_with("rss_kb")
 }
 
 /// A finished soak.
@@ -141,10 +158,25 @@ pub struct SoakReport {
     pub windows: Vec<Window>,
     /// The samples the trends were fitted to.
     pub series: BTreeMap<String, Series>,
+    /// How long the processes sat idle after the load before the settled samples (0: none).
+    pub settle_s: f64,
 }
 
 impl SoakReport {
     fn new(what: String, minutes: f64, every: Duration, fit_from_min: f64, series: &BTreeMap<String, Series>) -> Self {
+        Self::with_settled(what, minutes, every, fit_from_min, series, &BTreeMap::new(), 0.0)
+    }
+
+    /// `series` sampled under load, `settled` the last sample of each after `settle_s` idle.
+    fn with_settled(
+        what: String,
+        minutes: f64,
+        every: Duration,
+        fit_from_min: f64,
+        series: &BTreeMap<String, Series>,
+        settled: &BTreeMap<String, f64>,
+        settle_s: f64,
+    ) -> Self {
         let trends = series
             .iter()
             .map(|(name, s)| {
@@ -165,6 +197,7 @@ impl SoakReport {
                     bound,
                     late_slope_per_min: late_slope,
                     grows: fitted_change > bound && late_slope * span.max(0.0) > bound,
+                    settled: settled.get(name).copied().filter(|_| comes_back(name)),
                 }
             })
             .collect();
@@ -176,7 +209,13 @@ impl SoakReport {
             trends,
             windows: Vec::new(),
             series: series.clone(),
+            settle_s,
         }
+    }
+
+    /// Series still above their starting level after the load (see [`Trend::kept_after_the_load`]).
+    pub fn kept_after_the_load(&self) -> Vec<&Trend> {
+        self.trends.iter().filter(|t| t.kept_after_the_load()).collect()
     }
 
     /// Every sample: one row per sampling instant (minutes since the start), one column per
@@ -212,15 +251,28 @@ impl SoakReport {
 
     /// Markdown tables: one row per series, one per window.
     pub fn markdown(&self) -> String {
+        let settling = self.settle_s > 0.0;
         let mut s = format!(
-            "{}: {:.1} min, sampled every {:.0} s, slopes fitted from minute {:.0}\n\n\
-             | series | first | last | max | slope / min | fitted change | bound | slope / min, 2nd half | growth? |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n",
-            self.what, self.minutes, self.sample_every_s, self.fit_from_min
+            "{}: {:.1} min, sampled every {:.0} s, slopes fitted from minute {:.0}{}\n\n\
+             | series | first | last | max | slope / min | fitted change | bound | slope / min, 2nd half |{} growth? |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|{}---|\n",
+            self.what,
+            self.minutes,
+            self.sample_every_s,
+            self.fit_from_min,
+            if settling { format!("; then {:.0} s idle", self.settle_s) } else { String::new() },
+            if settling { " after the load |" } else { "" },
+            if settling { "---:|" } else { "" },
         );
         for t in &self.trends {
+            let after = match (settling, t.settled) {
+                (false, _) => String::new(),
+                (true, Some(v)) => format!(" {v:.0} |"),
+                (true, None) => " — |".to_string(),
+            };
             let _ = writeln!(
                 s,
-                "| {} | {:.0} | {:.0} | {:.0} | {:+.3} | {:+.1} | {:.0} | {:+.3} | {} |",
+                "| {} | {:.0} | {:.0} | {:.0} | {:+.3} | {:+.1} | {:.0} | {:+.3} |{after} {} |",
                 t.name,
                 t.first,
                 t.last,
@@ -229,7 +281,9 @@ impl SoakReport {
                 t.fitted_change,
                 t.bound,
                 t.late_slope_per_min,
-                if t.grows {
+                if t.kept_after_the_load() {
+                    "**KEPT AFTER THE LOAD**"
+                } else if t.grows {
                     "**GROWS**"
                 } else if t.stepped() {
                     "step, then flat"
@@ -263,6 +317,7 @@ struct Sampler {
     stop: Arc<AtomicBool>,
     series: Arc<Mutex<BTreeMap<String, Series>>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    started: Instant,
 }
 
 impl Sampler {
@@ -290,7 +345,44 @@ impl Sampler {
                 }
             })
             .expect("spawn the sampler thread");
-        Sampler { stop, series, thread: Some(thread) }
+        Sampler { stop, series, thread: Some(thread), started }
+    }
+
+    /// Call when the load has stopped: keeps sampling the idle processes until every series
+    /// that must come back is within its bound of its first sample, or `max` has passed, then
+    /// stops. Returns the samples taken under load, the last sample of each series after it,
+    /// and how long the processes sat idle (s).
+    fn settle_and_finish(self, max: Duration) -> (BTreeMap<String, Series>, BTreeMap<String, f64>, f64) {
+        let load_end = Instant::now();
+        let end_min = self.started.elapsed().as_secs_f64() / 60.0;
+        let back = |all: &BTreeMap<String, Series>| {
+            let mut sampled_after = false;
+            for (name, s) in all {
+                let Some(&(t, v)) = s.points.last() else { continue };
+                sampled_after |= t > end_min;
+                let loaded = Series { points: s.points.iter().copied().filter(|p| p.0 <= end_min).collect() };
+                if comes_back(name) && v > loaded.first() + growth_bound(name, loaded.mean()) {
+                    return false;
+                }
+            }
+            sampled_after
+        };
+        while load_end.elapsed() < max && !back(&self.series.lock().expect("series poisoned")) {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let idle_s = load_end.elapsed().as_secs_f64();
+        let all = self.finish();
+        let mut loaded = BTreeMap::new();
+        let mut settled = BTreeMap::new();
+        for (name, s) in all {
+            let (under_load, after): (Vec<(f64, f64)>, Vec<(f64, f64)>) =
+                s.points.into_iter().partition(|p| p.0 <= end_min);
+            if let Some(&(_, v)) = after.last() {
+                settled.insert(name.clone(), v);
+            }
+            loaded.insert(name, Series { points: under_load });
+        }
+        (loaded, settled, idle_s)
     }
 
     /// The latest sample of `name`, if any.
@@ -336,16 +428,32 @@ pub struct SoakTiming {
     pub duration: Duration,
     pub window: Duration,
     pub sample_every: Duration,
+    /// After the load: at most this long idle while descriptors, threads and slots are
+    /// watched coming back ([`SETTLE`] covers every idle timer of the processes soaked).
+    pub settle: Duration,
 }
+
+/// Long enough for every idle timer the soaked processes run: a keep-alive connection is
+/// closed 10–20 s after its last use (10 s timeout, checked every 10 s by hyper's pool
+/// reaper; `loadgen::IDLE_CONNECTION_S`), a job-pool thread retires after 10 s idle.
+pub const SETTLE: Duration = Duration::from_secs(25);
 
 impl SoakTiming {
     fn windows(&self) -> usize {
         ((self.duration.as_secs_f64() / self.window.as_secs_f64()).round() as usize).max(1)
     }
-    /// The finished run's report.
-    fn report(&self, what: String, series: &BTreeMap<String, Series>, windows: Vec<Window>) -> SoakReport {
-        let mut r =
-            SoakReport::new(what, self.duration.as_secs_f64() / 60.0, self.sample_every, self.fit_from_min(), series);
+    /// The finished run's report: the sampler is settled (see [`SoakTiming::settle`]) and stopped.
+    fn report(&self, what: String, sampler: Sampler, windows: Vec<Window>) -> SoakReport {
+        let (series, settled, idle_s) = sampler.settle_and_finish(self.settle);
+        let mut r = SoakReport::with_settled(
+            what,
+            self.duration.as_secs_f64() / 60.0,
+            self.sample_every,
+            self.fit_from_min(),
+            &series,
+            &settled,
+            idle_s,
+        );
         r.windows = windows;
         r
     }
@@ -457,10 +565,14 @@ pub fn run_chain(s: &ChainSoak, mut say: impl FnMut(&str)) -> Result<SoakReport,
             say(&format!("  window {}: {} requests, {} errors, p99 {:.2} ms", i + 1, w.requests, w.errors, w.p99_ms));
             windows.push(w);
         }
-        let series = sampler.finish();
-        drop(chain);
+        say(&format!(
+            "  load stopped: up to {:.0} s idle while connections and threads are reaped",
+            s.timing.settle.as_secs_f64()
+        ));
         let what = format!("chain, {} tiers, kernel backend (orf), ρ {:.2}, {}", s.tiers, s.rho, s.workload);
-        Ok(s.timing.report(what, &series, windows))
+        let report = s.timing.report(what, sampler, windows);
+        drop(chain);
+        Ok(report)
     })();
     demo::stop_agent(agent);
     let _ = std::fs::remove_file(&table);
@@ -546,11 +658,13 @@ pub fn run_fanout(s: &FanoutSoak, mut say: impl FnMut(&str)) -> Result<SoakRepor
             ));
             windows.push(w);
         }
-        let series = sampler.finish();
+        say(&format!("  load stopped: up to {:.0} s idle while connections are reaped", s.timing.settle.as_secs_f64()));
+        let what = format!("fan-out handler, {}, {}, load {:.3}", l.cfg.name, s.scheme.name(), s.load);
+        // The handler's pool runs on this runtime: settle without blocking it.
+        let report = tokio::task::block_in_place(|| s.timing.report(what, sampler, windows));
         refresher.abort();
         drop(servers);
-        let what = format!("fan-out handler, {}, {}, load {:.3}", l.cfg.name, s.scheme.name(), s.load);
-        Ok(s.timing.report(what, &series, windows))
+        Ok(report)
     })
 }
 
@@ -593,6 +707,32 @@ mod tests {
         assert!(trend("step.rss_kb").stepped() && !trend("step.rss_kb").grows, "{:?}", trend("step.rss_kb"));
         assert!(trend("late.rss_kb").grows, "{:?}", trend("late.rss_kb"));
         assert!(r.markdown().contains("step, then flat"));
+    }
+
+    #[test]
+    fn what_a_burst_took_and_gave_back_is_no_leak_and_what_it_kept_is() {
+        // Descriptors that follow a stall's burst up and down: a fit over one minute reads growth.
+        let burst = Series {
+            points: (0..60).map(|i| (i as f64 / 60.0, if (40..55).contains(&i) { 160.0 } else { 10.0 })).collect(),
+        };
+        let mut m = BTreeMap::new();
+        m.insert("burst.fds".to_string(), burst.clone());
+        m.insert("leak.fds".to_string(), burst);
+        m.insert("x.rss_kb".to_string(), Series { points: (0..60).map(|i| (i as f64 / 60.0, 5000.0)).collect() });
+        let settled: BTreeMap<String, f64> =
+            [("burst.fds".to_string(), 11.0), ("leak.fds".to_string(), 60.0), ("x.rss_kb".to_string(), 9000.0)].into();
+        let r = SoakReport::with_settled("t".into(), 1.0, Duration::from_secs(1), 0.0, &m, &settled, 21.0);
+        let trend = |n: &str| r.trends.iter().find(|t| t.name == n).unwrap().clone();
+        assert!(trend("burst.fds").fitted_change > trend("burst.fds").bound, "the slope alone would call it growth");
+        assert!(!trend("burst.fds").kept_after_the_load());
+        assert!(trend("leak.fds").kept_after_the_load());
+        assert_eq!(trend("x.rss_kb").settled, None, "RSS is judged by its slope, not by coming back");
+        assert_eq!(r.kept_after_the_load().len(), 1);
+        let md = r.markdown();
+        assert!(
+            md.contains("then 21 s idle") && md.contains("after the load") && md.contains("KEPT AFTER THE LOAD"),
+            "{md}"
+        );
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Short soaks in the test suite: the chain under the kernel backend and the fan-out handler,
-//! each held at its load with RSS, descriptors, threads and table slots sampled, asserting no
-//! growth beyond a generous bound. 20 s each; 60 s each with TAILOR_LONG_TESTS=1 (as CI runs),
-//! one after the other.
-//! The 30-minute soaks are a documented command (docs/failure-modes.md, "Soak").
+//! each held at its load with RSS, descriptors, threads and table slots sampled, then left idle
+//! until the idle timers fire: descriptors, threads and slots must come back, RSS must not grow
+//! beyond a generous bound. 20 s each; 60 s each with TAILOR_LONG_TESTS=1 (as CI runs), one
+//! after the other, plus up to 25 s idle each.
+//! The 30-minute soaks are a documented command (docs/results/failure-modes.md, "Soak").
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -22,21 +23,41 @@ fn timing() -> SoakTiming {
         duration: Duration::from_secs(duration),
         window: Duration::from_secs(window),
         sample_every: Duration::from_secs(1),
+        settle: soak::SETTLE,
     }
 }
 
-/// No series grows past twice its bound (the report's own flag is the 30-minute criterion; a
-/// short run on a shared machine gets room), and every window answered.
+/// Every descriptor, thread, table slot and task a burst took is given back once the load stops
+/// and the idle timers fire (a leak is not); RSS, which an allocator keeps, does not grow past
+/// twice its bound; and every window answered.
+///
+/// A minute is too short to judge descriptors and threads by their slope: they follow the peak
+/// concurrency, and one stall of the chain (CI, 27 Nov: a 128 ms p99 window) opens tens of
+/// connections a fit over the minute reads as growth. The 30-minute soak (docs/results/
+/// failure-modes.md) judges slopes.
 fn check(report: &SoakReport) {
     println!("{}", report.markdown());
     for t in &report.trends {
-        assert!(
-            t.fitted_change <= 2.0 * t.bound,
-            "{} grew by {:.1} (bound {:.1}): {t:?}",
-            t.name,
-            t.fitted_change,
-            t.bound
-        );
+        if t.name.ends_with("rss_kb") {
+            assert!(
+                t.fitted_change <= 2.0 * t.bound,
+                "{} grew by {:.1} KB (bound {:.1}): {t:?}",
+                t.name,
+                t.fitted_change,
+                t.bound
+            );
+        } else {
+            let settled = t.settled.unwrap_or_else(|| panic!("{}: no sample after the load", t.name));
+            assert!(
+                !t.kept_after_the_load(),
+                "{}: {settled:.0} still held {:.0} s after the load (started at {:.0}, peaked at {:.0}, bound {:.0}) — a leak: {t:?}",
+                t.name,
+                report.settle_s,
+                t.first,
+                t.max,
+                t.bound
+            );
+        }
     }
     assert!(report.windows.iter().all(|w| w.requests > 0), "{:?}", report.windows);
     let requests: u64 = report.windows.iter().map(|w| w.requests).sum();

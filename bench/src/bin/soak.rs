@@ -155,6 +155,7 @@ impl Timing {
             duration: Duration::from_secs_f64(self.minutes * 60.0),
             window: Duration::from_secs_f64(self.window_s),
             sample_every: Duration::from_secs_f64(self.sample_s),
+            settle: tailor_bench::soak::SETTLE,
         }
     }
 }
@@ -169,13 +170,20 @@ fn finish(report: &SoakReport, out: &std::path::Path) -> Result<(), String> {
     }
     println!("report and samples in {}", out.display());
     let growing = report.growing();
-    if growing.is_empty() {
-        println!("no series grew beyond its bound");
-        Ok(())
-    } else {
-        let names: Vec<&str> = growing.iter().map(|t| t.name.as_str()).collect();
-        Err(format!("growth beyond the bound in: {}", names.join(", ")))
+    let kept = report.kept_after_the_load();
+    if growing.is_empty() && kept.is_empty() {
+        println!("no series grew beyond its bound, and every descriptor, thread and slot came back after the load");
+        return Ok(());
     }
+    let names = |ts: &[&tailor_bench::soak::Trend]| ts.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ");
+    let mut problems = Vec::new();
+    if !growing.is_empty() {
+        problems.push(format!("growth beyond the bound in: {}", names(&growing)));
+    }
+    if !kept.is_empty() {
+        problems.push(format!("still held {:.0} s after the load: {}", report.settle_s, names(&kept)));
+    }
+    Err(problems.join("; "))
 }
 
 fn chain(a: ChainArgs) -> Result<(), String> {
