@@ -459,7 +459,7 @@ pub fn run(cfg: &DemoConfig, progress: &dyn Progress) -> Result<DemoReport, Demo
                 if skipped.iter().any(|s| s.mode == mode.name()) {
                     continue;
                 }
-                match run_mode(cfg, mode, &plan, &logs_dir) {
+                match run_mode(cfg, mode, &plan, &logs_dir, &run_stem(mode, w, load)) {
                     Ok((records, usage)) => {
                         let result =
                             finish_run(cfg, mode, w, load, rate, seed, &calibration, &records, usage, &runs_dir)?;
@@ -537,24 +537,31 @@ enum RunModeError {
     Fatal(DemoError),
 }
 
-/// One mode on one plan: agent (kernel modes), chain, load, teardown.
+/// A run's file name stem: `runs/<stem>.*` and `logs/<stem>-*.log`.
+fn run_stem(mode: Mode, w: Workload, load: f64) -> String {
+    format!("{}-{}-rho{:.2}", mode.name(), w, load)
+}
+
+/// One mode on one plan: agent (kernel modes), chain, load, teardown. Its agent and tier
+/// logs are named after the run (`stem`), so every run's agent report is kept.
 fn run_mode(
     cfg: &DemoConfig,
     mode: Mode,
     plan: &Plan,
     logs_dir: &Path,
+    stem: &str,
 ) -> Result<(Vec<crate::record::RequestRecord>, CpuUsage), RunModeError> {
     // The agent's shared-memory table: tmpfs, one per run, never the node's default one.
     let shm = Path::new("/dev/shm");
     let dir = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
     let table = dir.join(format!("tailor-demo-{}-{}", std::process::id(), mode.name()));
     let agent = if mode.kernel_enforced() {
-        let log = logs_dir.join(format!("{}-agent.log", mode.name()));
+        let log = logs_dir.join(format!("{stem}-agent.log"));
         Some(start_agent(cfg, mode, &table, &log).map_err(RunModeError::Skip)?)
     } else {
         None
     };
-    let result = match Chain::start(&chain_spec(cfg, cfg.backend(mode, &table), mode.name())) {
+    let result = match Chain::start(&chain_spec(cfg, cfg.backend(mode, &table), stem)) {
         Ok(chain) => {
             let mut pids = chain.pids();
             pids.extend(agent.as_ref().map(|a| a.id()));
@@ -633,7 +640,7 @@ fn finish_run(
     let mean_demand_us =
         records.iter().map(|r| r.total_demand_ns() as f64 / 1e3).sum::<f64>() / records.len().max(1) as f64;
     let summary = summarize(records, cfg.warmup, cfg.tiers as u32, cfg.cores);
-    let stem = format!("{}-{}-rho{:.2}", mode.name(), w, load);
+    let stem = run_stem(mode, w, load);
     let hist = histogram_us(&measured_latencies(records, cfg.warmup));
     write_file(&runs_dir.join(format!("{stem}.hgrm")), &percentile_distribution(&hist))?;
     write_file(&runs_dir.join(format!("{stem}.csv")), &records_csv(records, cfg.warmup))?;
@@ -840,7 +847,7 @@ fn report_markdown(cfg: &DemoConfig, report: &DemoReport) -> String {
     for w in &cfg.workloads {
         let _ = writeln!(s, "![p99 vs load, {w}](p99-{w}.svg)\n");
     }
-    let _ = writeln!(s, "Per run: `runs/<mode>-<workload>-rho<ρ>.{{json,csv,hgrm,toml}}`; all runs: `demo.json`; tier and agent logs: `logs/`. Took {:.0} s.", report.wall_seconds);
+    let _ = writeln!(s, "Per run: `runs/<mode>-<workload>-rho<ρ>.{{json,csv,hgrm,toml}}`; all runs: `demo.json`; each run's tier and agent logs: `logs/<mode>-<workload>-rho<ρ>-*.log`. Took {:.0} s.", report.wall_seconds);
     s
 }
 

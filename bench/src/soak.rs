@@ -163,6 +163,8 @@ pub struct SoakReport {
 }
 
 impl SoakReport {
+    /// A report without a settling phase (the unit tests' shorthand).
+    #[cfg(test)]
     fn new(what: String, minutes: f64, every: Duration, fit_from_min: f64, series: &BTreeMap<String, Series>) -> Self {
         Self::with_settled(what, minutes, every, fit_from_min, series, &BTreeMap::new(), 0.0)
     }

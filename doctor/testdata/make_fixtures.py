@@ -71,6 +71,7 @@ shutil.rmtree("contended", ignore_errors=True)
 shutil.rmtree("healthy", ignore_errors=True)
 shutil.rmtree("workers", ignore_errors=True)
 shutil.rmtree("bare", ignore_errors=True)
+shutil.rmtree("idle-pressure", ignore_errors=True)
 
 # Everything wrong: a 3-worker CFS server on CPU 0 with a spinner beside it, two SO_REUSEPORT
 # sockets, a busy NIC IRQ on CPU 0, powersave with a deep C-state, memory on the other node,
@@ -140,3 +141,13 @@ def bare(base, late):
     if late:
         common(base, ["0-1"], None, [], -1)
 both("bare", bare)
+
+# The healthy node with SCHED_IDLE builds keeping both CPUs busy: CPU pressure is high (their
+# tasks wait), but nothing outside SCHED_IDLE is busy, so nothing a service runs waits.
+def idle_pressure(base, late):
+    ms = 1_000_000
+    healthy(base, late)
+    process(base, 201, "idle-builder", cgroup="/user.slice")
+    thread(base, 201, 201, "idle-builder", (8000 * ms + (500 * ms if late else 0), 0, 10), state="R", policy=5, processor=1, cpus="1")
+    w(f"{base}/proc/pressure/cpu", "some avg10=99.73 avg60=98.99 avg300=90.00 total=912871511\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+both("idle-pressure", idle_pressure)

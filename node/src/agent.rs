@@ -98,7 +98,7 @@ pub struct Agent {
     plan: Vec<Step>,
     journal: Option<Journal>,
     cache: HashMap<u32, Cached>,
-    /// Processes we failed to place, reported once each.
+    /// Processes we failed to place or give their thread policies, reported once each.
     reported: HashSet<(u32, u64)>,
     exclude: HashSet<u32>,
     /// `[tier.pods]`: control files written in place at the last reconcile, and the
@@ -502,6 +502,8 @@ impl Agent {
                 }
             }
         }
+        // A process reported once stays quiet until it exits; its entry goes with it.
+        self.reported.retain(|(pid, _)| seen.contains(pid));
         let before = self.cache.len();
         let departed: Vec<u32> = self.cache.keys().filter(|p| !seen.contains(p)).copied().collect();
         for pid in departed {

@@ -357,16 +357,21 @@ impl NodeConfig {
         errors
     }
 
-    /// Warnings about a config that works but breaks a rule from Temper (seed 002).
+    /// Warnings about a config that works but breaks a rule from Temper.
     pub fn warnings(&self, online_cpus: usize) -> Vec<String> {
         let mut warnings = Vec::new();
         let critical: Vec<&TierConfig> = self.tiers.iter().filter(|t| t.kind == TierKind::Critical).collect();
         let demand: f64 = critical.iter().filter_map(|t| t.demand_cpus).sum();
         let budget = online_cpus.saturating_sub(1) as f64;
-        if demand > budget {
+        // The rule is about confinement: without a cpuset fence (what `tailor node plan` writes
+        // for such a node) critical work is not confined and nothing queues behind a fence.
+        let fenced = critical.iter().any(|t| t.cpus.is_some());
+        if fenced && demand > budget {
             warnings.push(format!(
-                "sizing rule: critical demand {demand} CPUs exceeds CPUs − 1 = {budget}; confinement will queue \
-                 critical work behind itself (seed 002: +156% at bg=1 on an undersized node)"
+                "sizing rule: critical demand {demand} CPUs exceeds CPUs − 1 = {budget}; the cpuset fence will queue \
+                 critical work behind itself (Temper measured +156% p99 with one background process on an undersized \
+                 node). Fix: remove `cpus` from the critical tier (it is then protected by its weight and RT band), \
+                 or lower its demand"
             ));
         }
         for t in &critical {
@@ -473,5 +478,9 @@ mod tests {
         let c = NodeConfig::parse(text, "n.toml").unwrap();
         assert!(c.warnings(2).iter().any(|w| w.contains("sizing rule")));
         assert!(!c.warnings(4).iter().any(|w| w.contains("sizing rule")));
+        // The same demand without a fence: nothing is confined, nothing to warn about.
+        let unfenced = "[[tier]]\nname = \"c\"\nkind = \"critical\"\ndemand_cpus = 2.0\n";
+        let c = NodeConfig::parse(unfenced, "n.toml").unwrap();
+        assert!(!c.warnings(2).iter().any(|w| w.contains("sizing rule")), "{:?}", c.warnings(2));
     }
 }

@@ -360,6 +360,51 @@ fn leftovers_after_tight_loop(sched: &Scheduler, jobs: u64, first_gat: u64) -> (
     (leftovers, seen)
 }
 
+/// Fills the band with `c` young jobs (each holds until released), then runs a job older than
+/// all of them on this thread, which waits until it is in the band; true if it got there
+/// within 10 s. The band is full, so no fast path or hand-off admits it: only the agent.
+fn an_older_job_arriving_at_a_full_band_waits_for_the_agent(sched: &Scheduler, c: usize) -> bool {
+    let in_band = |deadline: Instant| {
+        while sys::get_policy(0).unwrap().base() != libc::SCHED_FIFO {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        true
+    };
+    let release = Arc::new(AtomicBool::new(false));
+    let entered = Arc::new(AtomicUsize::new(0));
+    let young: Vec<_> = (0..c)
+        .map(|i| {
+            let (sched, release, entered) = (sched.clone(), release.clone(), entered.clone());
+            std::thread::spawn(move || {
+                sched.run(&Context::stamped(20_000_000 + i as u64), |_| {
+                    if in_band(Instant::now() + Duration::from_secs(10)) {
+                        entered.fetch_add(1, Ordering::SeqCst);
+                    }
+                    while !release.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                })
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while entered.load(Ordering::SeqCst) < c && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let full = entered.load(Ordering::SeqCst) == c;
+    let raised =
+        full && sched.run(&Context::stamped(10_000_000), |_| in_band(Instant::now() + Duration::from_secs(10)));
+    release.store(true, Ordering::Relaxed);
+    for t in young {
+        t.join().unwrap();
+    }
+    assert!(full, "only {} of {c} young jobs entered the band", entered.load(Ordering::SeqCst));
+    raised
+}
+
 #[test]
 fn thousands_of_short_jobs_leave_no_priority_behind() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -399,25 +444,17 @@ fn thousands_of_short_jobs_leave_no_priority_behind() {
         assert_eq!(leftovers, 0, "thread starting at {}: jobs left a priority behind: {seen:?}", start.describe());
     }
     // The loops' jobs last microseconds: on a loaded machine the agent may catch none of
-    // them running. One job that waits until the agent has raised it proves the promotion
-    // path ran (and it too must leave nothing behind).
+    // them running, and a lone job enters the band on the fast path without the agent. An
+    // older job arriving at a full band can only be let in by the agent (it preempts the
+    // youngest): that proves the promotion path ran, and it too must leave nothing behind.
     let before = sys::get_policy(0).unwrap();
-    let raised = sched.run(&Context::stamped(10_000_000), |_| {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while sys::get_policy(0).unwrap().base() != libc::SCHED_FIFO {
-            if Instant::now() > deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        true
-    });
-    assert!(raised, "the agent never raised a job that waited 10 s for it: {}", sched.describe());
+    let raised = an_older_job_arriving_at_a_full_band_waits_for_the_agent(&sched, 6);
+    assert!(raised, "the agent never raised an older job that waited 10 s for it: {}", sched.describe());
     assert_eq!(sys::get_policy(0).unwrap(), before, "the waiting job left a priority behind");
     let stats = sched.stats();
     let report = agent.stop();
     assert_eq!(stats.errors, 0, "{stats:?}");
-    assert_eq!(stats.completed, 6_000 + 4 * 2_500 + 1, "{stats:?}");
+    assert_eq!(stats.completed, 6_000 + 4 * 2_500 + 7, "{stats:?}");
     assert_eq!(report.errors, 0, "{report:?}");
     assert!(report.promotions > 0, "the agent did promote jobs: {report:?} {stats:?} {}", sched.describe());
     eprintln!("tight loop: {stats:?}\n  agent {report:?}");
@@ -866,16 +903,23 @@ fn key_agent_child() {
     run_agent(&cfg, &AtomicBool::new(false)).unwrap();
 }
 
-/// Every thread of this process at an RT priority or SCHED_IDLE, read back from the kernel
-/// (but the `tailor-job` pool threads earlier tests' schedulers left: this test's pool is
-/// named `key-kill-job`).
+/// The policy this test process was started with (SCHED_OTHER, or SCHED_IDLE under
+/// `chrt -i 0`): what a restored thread is back at.
+fn started_policy() -> sys::ThreadPolicy {
+    sys::get_policy(std::process::id() as i32).expect("the main thread's policy")
+}
+
+/// Every thread of this process at another policy than the process started with, read back
+/// from the kernel (but the `tailor-job` pool threads earlier tests' schedulers left: this
+/// test's pool is named `key-kill-job`).
 fn raised_threads_of_this_process() -> Vec<String> {
+    let started = started_policy();
     std::fs::read_dir("/proc/self/task")
         .unwrap()
         .filter_map(|e| {
             let tid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
             let p = sys::get_policy(tid).ok()?;
-            let raised = matches!(p.base(), libc::SCHED_FIFO | libc::SCHED_RR | libc::SCHED_IDLE);
+            let raised = (p.base(), p.priority) != (started.base(), started.priority);
             let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap_or_default();
             (raised && name.trim() != "tailor-job").then(|| format!("tid {tid} ({}) at {}", name.trim(), p.describe()))
         })
@@ -1108,7 +1152,9 @@ fn a_host_agent_stopping_restores_a_namespaced_thread_mid_job() {
     let status = child.0.wait().unwrap();
     assert!(status.success(), "the namespaced service failed: {running:?} {rest:?}");
     assert_eq!((report.restored, report.errors, report.unresolved), (1, 0, 0), "{report:?}");
-    assert!(rest.iter().any(|l| l == "AFTER AGENT SCHED_OTHER/0"), "restored mid-job: {rest:?}");
+    // Back at the policy it was spawned with (this process's: SCHED_IDLE under `chrt -i 0`).
+    let restored = format!("AFTER AGENT {}", started_policy().inherited_by_child().describe());
+    assert!(rest.iter().any(|l| *l == restored), "restored mid-job to {restored:?}: {rest:?}");
     assert_eq!(host_policies(&decoys), before, "host threads with the pod's ids were never touched");
 }
 

@@ -59,6 +59,13 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
         .collect();
     others.sort_by(|a, b| b.cpu_ns.cmp(&a.cpu_ns));
     let other_cpu: f64 = others.iter().map(|d| d.cpu_ns as f64 / interval).sum();
+    // SCHED_IDLE work on those CPUs: it shows in CPU pressure (its tasks wait for a CPU) but
+    // yields to everything else at once.
+    let idle_cpu: f64 = deltas
+        .iter()
+        .filter(|d| d.policy == crate::task::SCHED_IDLE && ctx.target.cpus.contains(&d.processor))
+        .map(|d| d.cpu_ns as f64 / interval)
+        .sum();
     for d in others.iter().take(5) {
         evidence.push(format!(
             "other work on CPU {}: pid {} tid {} ({}) used {:.0}% of a CPU",
@@ -75,12 +82,18 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
         raise(&mut severity, Severity::Warn);
     }
 
+    let ncpus = ctx.target.cpus.len().max(1) as f64;
+    let only_idle_work = ctx.target.is_node() && idle_cpu >= 0.5 && other_cpu <= 0.5 * ncpus;
     let mut needs_root = Vec::new();
+    let mut pressure_avg10 = None;
     match pressure::read(ctx.root, ctx.target.cgroup.as_deref()) {
         Ok((p, file)) => {
             evidence.push(format!("CPU pressure: some avg10={:.2}% avg60={:.2}% [{file}]", p.some_avg10, p.some_avg60));
+            pressure_avg10 = Some(p.some_avg10);
             if ctx.target.is_node() {
-                if p.some_avg10 >= PROBLEM_PSI {
+                // Pressure while work outside SCHED_IDLE uses at most half the CPUs is idle-class
+                // work waiting for them, which delays nothing else: worth knowing, not a problem.
+                if p.some_avg10 >= PROBLEM_PSI && !only_idle_work {
                     raise(&mut severity, Severity::Problem);
                 } else if p.some_avg10 >= WARN_PSI {
                     raise(&mut severity, Severity::Warn);
@@ -88,6 +101,12 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
             }
         }
         Err(why) => evidence.push(why),
+    }
+    if ctx.target.is_node() && idle_cpu >= OTHER_WORK_SHARE {
+        evidence.push(format!(
+            "SCHED_IDLE work used {idle_cpu:.2} CPUs of CPUs {} (it yields to every other class at once)",
+            format_list(&ctx.target.cpus)
+        ));
     }
     if ctx.after.tasks.len() < 2 {
         needs_root.push("other processes' threads (/proc/PID/task) were not readable".to_string());
@@ -103,7 +122,15 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
             .with_metrics(&metrics)];
     }
     let summary = if ctx.target.is_node() {
-        format!("tasks wait for a CPU: {busy_others} busy threads share CPUs {cpus}")
+        let waiting = pressure_avg10.map_or(String::new(), |p| format!(" {p:.0}% of the time"));
+        if only_idle_work {
+            format!(
+                "tasks wait for a CPU{waiting}, but work outside SCHED_IDLE uses {other_cpu:.2} of its {ncpus:.0} CPUs: \
+                 the waiting is SCHED_IDLE work ({idle_cpu:.2} CPUs), which yields to a service at once"
+            )
+        } else {
+            format!("tasks wait for a CPU{waiting}: {busy_others} busy threads outside SCHED_IDLE share CPUs {cpus}")
+        }
     } else {
         format!(
             "its threads wait {:.0}% of their runnable time for CPUs {cpus}; {busy_others} other threads use {:.2} CPUs there",
@@ -161,5 +188,23 @@ mod tests {
         assert_eq!(busy.finding("run_delay").unwrap().severity, Severity::Problem);
         let quiet = diagnose_case("healthy", TargetSpec::Node);
         assert_eq!(quiet.finding("run_delay").unwrap().severity, Severity::Ok);
+    }
+
+    #[test]
+    fn pressure_from_sched_idle_work_alone_is_a_warning_that_says_so() {
+        // PSI counts SCHED_IDLE tasks waiting for the CPUs (builds under `chrt -i`): 99.7% here,
+        // while the only work outside SCHED_IDLE is the service's thread at 0.4 CPUs.
+        let d = diagnose_case("idle-pressure", TargetSpec::Node);
+        let f = d.finding("run_delay").unwrap();
+        assert_eq!(f.severity, Severity::Warn, "{f:?}");
+        assert!(
+            f.summary.contains("100% of the time") && f.summary.contains("is SCHED_IDLE work (1.00 CPUs)"),
+            "{}",
+            f.summary
+        );
+        assert!(f.evidence.iter().any(|e| e.starts_with("SCHED_IDLE work used 1.00 CPUs")), "{f:?}");
+        // The same pressure with a busy normal thread is a problem.
+        let busy = diagnose_case("contended", TargetSpec::Node).finding("run_delay").unwrap().clone();
+        assert!(busy.summary.contains("busy threads outside SCHED_IDLE"), "{}", busy.summary);
     }
 }

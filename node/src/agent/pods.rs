@@ -89,12 +89,16 @@ impl Agent {
         for ((pid, start_time), tier) in released {
             self.release_pod_policies(pid, start_time, tier)?;
         }
-        let mut ordered: Vec<(u32, usize)> = members.iter().map(|(&(pid, _), &tier)| (pid, tier)).collect();
+        let mut ordered: Vec<((u32, u64), usize)> = members.iter().map(|(&key, &tier)| (key, tier)).collect();
         ordered.sort_unstable();
-        for (pid, tier) in ordered {
+        for ((pid, start_time), tier) in ordered {
             if let Err(e) = self.set_thread_policies(pid, tier) {
                 self.stats.errors += 1;
-                tracing::warn!("tier {:?}: pid {pid}: {e}", self.tiers[tier].name);
+                // Once per process: a refusal (an RT band the kernel will not grant a pod) repeats
+                // on every pass, and `errors` in /metrics keeps counting it.
+                if self.reported.insert((pid, start_time)) {
+                    tracing::warn!("tier {:?}: pid {pid}: {e}", self.tiers[tier].name);
+                }
             }
         }
         self.pod_processes = members;

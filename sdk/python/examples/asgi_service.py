@@ -1,6 +1,6 @@
 """A minimal ASGI service with Tailor: context propagation and the ordering gate.
 
-    pip install uvicorn httpx            # or: pip install -e 'sdk/python[httpx]' uvicorn
+    pip install uvicorn httpx            # or: pip install -e 'sdk/python[examples]'
     python3 sdk/python/examples/asgi_service.py --port 8000 [--edge] [--downstream http://127.0.0.1:8001]
     curl -i http://127.0.0.1:8000/      # the reply shows the context this hop saw
 

@@ -1,7 +1,7 @@
 """A minimal WSGI service with Tailor on a threaded server (waitress), ordered by the
 node's kernel scheduler when a `tailor agent --enforce priority` runs, else by the gate.
 
-    pip install waitress                 # or: pip install -e 'sdk/python' waitress
+    pip install waitress                 # or: pip install -e 'sdk/python[examples]'
     sudo tailor agent --enforce priority --policy gfifo &   # optional: kernel-enforced order
     python3 sdk/python/examples/wsgi_service.py --port 8001 [--table /dev/shm/tailor-sched] [--downstream http://127.0.0.1:8002/]
     curl -i -H 'tailor-context: 1.g1732272000123456789.c0.k1.h0' http://127.0.0.1:8001/
