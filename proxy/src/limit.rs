@@ -14,10 +14,10 @@ use tailor_core::Nanos;
 /// Latency above `rtt_noload` that is not taken for a queue. A request that waited for
 /// nothing still picks up the proxy's own event loop, loopback and the scheduler's wake-ups
 /// on its way: through the sidecar on a 2-CPU VM an idle upstream answering at once
-/// measured 0.1 ms at best and up to 0.5 ms for 94% of requests (the cost benchmark). Read
+/// measured 0.1 ms at best and within 0.5 ms for 80–94% of requests (the cost benchmark). Read
 /// as a ratio, that spread is a queue of 60% of the limit (0.1 ms floor, 0.25 ms sample),
 /// and the limit was held at 4–12 with one or two requests inside on average, so bursts
-/// waited in the gate at a fifth of the upstream's capacity. Only the latency beyond this
+/// waited in the gate at a tenth of the rate the upstream answers. Only the latency beyond this
 /// margin counts; a queue inside a service of millisecond requests still shows at once.
 pub const JITTER_NS: Nanos = 500_000;
 
