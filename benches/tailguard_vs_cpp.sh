@@ -4,9 +4,10 @@
 # 1/10/100 with P(k) ∝ 1/k, TF-EDFQ (their `new_query_budget`), p99 SLO 0.8 ms,
 # 400,000 queries at load 0.3. Whole processes, runs alternating, wall clock.
 #
-# Usage: bash benches/tailguard_vs_cpp.sh TAILGUARD_CHECKOUT [RUNS] [TAILOR_BINARY]
+# Usage: bash benches/tailguard_vs_cpp.sh TAILGUARD_CHECKOUT [RUNS] [TAILOR_BINARY] [OLD_TAILOR_BINARY]
 #   TAILGUARD_CHECKOUT: a clone of https://github.com/zjwang68/Tailguard (read only;
 #   it is copied and built with g++ -O2 in a temporary directory).
+#   OLD_TAILOR_BINARY: another build of tailor, timed in the same rounds (before/after).
 # Their parameters are #defines in query.h; the README's fan-out case sets
 # ARATE = x·111/3/0.176 for load x and PCT = {100/111, 110/111, 1}; RTAIL is the SLO.
 set -euo pipefail
@@ -14,6 +15,7 @@ cd "$(dirname "$0")/.."
 src=${1:?usage: $0 TAILGUARD_CHECKOUT [RUNS] [TAILOR_BINARY]}
 runs=${2:-7}
 tailor=${3:-target/release/tailor}
+old=${4:-}
 [[ -x $tailor ]] || cargo build --release -q -p tailor-cli
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -37,6 +39,7 @@ ours=("$tailor" sim scenarios/seeds/tailguard/fig04a-masstree.toml --single --po
   --utilization 0.3 --requests 400000 --warmup 0)
 echo "C++:    (cd $work && ./tailguard)"
 echo "Tailor: ${ours[*]}"
+[[ -z $old ]] || echo "old Tailor: $old ${ours[*]:1}"
 wall() { # prints the wall seconds of one run of its arguments
   local t0 t1
   t0=$(date +%s.%N)
@@ -44,13 +47,20 @@ wall() { # prints the wall seconds of one run of its arguments
   t1=$(date +%s.%N)
   awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.4f\n", b - a}'
 }
-cpp=() tl=()
+cpp=() tl=() ol=()
 for ((i = 0; i < runs; i++)); do
   cpp+=("$(cd "$work" && wall ./tailguard)")
   tl+=("$(wall "${ours[@]}")")
+  [[ -z $old ]] || ol+=("$(wall "$old" "${ours[@]:1}")")
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END{print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 echo "C++ runs (s):    ${cpp[*]}"
 echo "Tailor runs (s): ${tl[*]}"
 mc=$(median "${cpp[@]}") mt=$(median "${tl[@]}")
 awk -v c="$mc" -v t="$mt" 'BEGIN{printf "medians: C++ %.3f s, Tailor %.3f s; C++ / Tailor = %.2f\n", c, t, c/t}'
+if [[ -n $old ]]; then
+  echo "old Tailor runs (s): ${ol[*]}"
+  mo=$(median "${ol[@]}")
+  awk -v c="$mc" -v o="$mo" -v t="$mt" \
+    'BEGIN{printf "old Tailor median %.3f s; C++ / old = %.2f; old / Tailor = %.2f\n", o, c/o, o/t}'
+fi
