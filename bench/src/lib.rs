@@ -10,7 +10,8 @@
 //! compares each with the simulator's prediction (`predict`). `fanout_demo` is
 //! TailGuard's fan-out benchmark (`tailor fanout demo`): the handler and task
 //! servers of `tailor-fanout` under open-loop load, judged against their SLOs
-//! and compared with the simulator.
+//! and compared with the simulator. `ladder` is the node tier agent's benchmark (`tailor bench
+//! ladder`): a probe server or Redis under best-effort spinners, stock vs enforcing.
 
 pub mod arrivals;
 pub mod chain;
@@ -19,6 +20,7 @@ pub mod cpuacct;
 pub mod demo;
 pub mod fanout_demo;
 pub mod hgrm;
+pub mod ladder;
 pub use tailor_doctor::ideal;
 pub mod loadgen;
 pub mod memcache_load;

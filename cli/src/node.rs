@@ -10,7 +10,7 @@ pub struct NodeArgs {
     command: NodeCommand,
 }
 
-/// How the supervisor and the ladder start helper processes: this binary, `tailor node ...`.
+/// How the supervisor restarts the agent: this binary, `tailor node ...`.
 pub fn self_command() -> Result<AgentCommand, String> {
     let program = std::env::current_exe().map_err(|e| format!("locating the tailor binary: {e}"))?;
     Ok(AgentCommand { program, prefix: vec!["node".into()] })

@@ -240,7 +240,7 @@ fn the_extraction_finds_commands_and_synopses() {
     let (_, args) = command("tailor sim x.toml --policy '{kind=\"orf\", c=2}'").unwrap();
     assert_eq!(args[3], "{kind=\"orf\", c=2}");
     assert!(is_synopsis(&command("tailor node run --config FILE").unwrap().1));
-    assert!(is_synopsis(&command("tailor-node ladder [--quick]").unwrap().1));
+    assert!(is_synopsis(&command("tailor bench ladder [--quick]").unwrap().1));
     assert!(is_synopsis(&command("tailor demo --seed $s").unwrap().1));
     let planned = snippets("## What remains\n\n- `tailor bench proxy`\n\n## Next\n\n`tailor sim`\n");
     assert_eq!(planned.iter().map(|s| s.text.as_str()).collect::<Vec<_>>(), ["tailor sim"]);

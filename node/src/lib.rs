@@ -11,7 +11,6 @@ pub mod error;
 pub mod idle;
 pub mod journal;
 pub mod kubepods;
-pub mod ladder;
 pub mod metrics;
 pub mod probe;
 pub mod procs;

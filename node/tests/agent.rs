@@ -3,8 +3,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -194,12 +193,16 @@ fn new_threads_and_forked_children_are_covered_and_reset_at_restore() {
     let (_, config) = sb.config(&tiers(&sb, 0, &caps));
     let mut agent = Agent::new(config, caps.clone()).unwrap();
     agent.start_enforcing().unwrap();
-    // A probe server labeled best-effort: its worker threads appear only when a client connects.
+    // A process labeled best-effort whose three worker threads start only after it was
+    // placed (when told to on stdin): the agent must cover threads that appear later.
+    const LATE_THREADS: &str = "import sys, threading, time\n\
+print('ready', flush=True)\n\
+sys.stdin.readline()\n\
+for _ in range(3): threading.Thread(target=time.sleep, args=(1000,), daemon=True).start()\n\
+sys.stdin.readline()\n";
     let mut server = Proc(
-        start_at_stock_policy(&mut Command::new(BIN))
-            .arg("probe-server")
-            .arg("--workers")
-            .arg("3")
+        start_at_stock_policy(&mut Command::new("python3"))
+            .args(["-c", LATE_THREADS])
             .env("TAILOR_TIER", sb.tier("be"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -208,12 +211,12 @@ fn new_threads_and_forked_children_are_covered_and_reset_at_restore() {
     );
     let mut line = String::new();
     BufReader::new(server.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let port: u16 = line.trim().strip_prefix("port ").unwrap().parse().unwrap();
+    assert_eq!(line.trim(), "ready");
     agent.reconcile().unwrap();
-    let _conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    writeln!(server.0.stdin.as_mut().unwrap(), "go").unwrap();
     let pid = server.pid();
     let tids = || tailor_node::procs::tids(pid);
-    assert!(wait_for(Duration::from_secs(5), || tids().len() >= 6).is_some(), "workers did not start");
+    assert!(wait_for(Duration::from_secs(5), || tids().len() >= 4).is_some(), "workers did not start");
     // Someone resets one worker to SCHED_OTHER: the next pass fixes every thread.
     let victim = *tids().last().unwrap();
     // SAFETY: plain syscall on a thread of our own child.
@@ -239,7 +242,6 @@ fn new_threads_and_forked_children_are_covered_and_reset_at_restore() {
     exec_done(shell.pid(), "sh", Some(&sb.tier("be")));
     agent.reconcile().unwrap();
     assert_eq!(policy_of(shell.pid()), libc::SCHED_IDLE);
-    use std::io::Write;
     writeln!(shell.0.stdin.as_mut().unwrap(), "go").unwrap();
     let children = |pid: u32| {
         std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))

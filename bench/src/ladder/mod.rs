@@ -2,23 +2,27 @@
 //! 0/1/2/4/8 co-located single-thread spinners, in two arms on the same machine back to back —
 //! the agent in safe mode (stock) and the agent enforcing — with PSI attribution per window.
 
-pub mod probe;
+pub mod cli;
+pub mod processes;
 mod redis;
+mod report;
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::agent::Agent;
-use crate::attribution::{Window, WindowRecord};
-use crate::config::NodeConfig;
-use crate::probe::Capabilities;
-use crate::procs;
-use crate::runner::AgentCommand;
-use probe::ClientResult;
+use processes::ClientResult;
+use tailor_node::agent::Agent;
+use tailor_node::attribution::{Window, WindowRecord};
+use tailor_node::config::NodeConfig;
+use tailor_node::procs;
+use tailor_node::runner::AgentCommand;
+use tailor_node::Capabilities;
+
+pub use report::{plot, table, write_outputs};
 
 /// The latency-critical server the ladder measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -131,7 +135,7 @@ pub struct LadderReport {
 /// cpu.idle. The ladder's own processes carry `TAILOR_TIER`; redis-server, which overwrites
 /// its environment with its process title, is selected by name as the defaults do.
 pub fn ladder_config(caps: &Capabilities, state_dir: &Path, cgroup_name: &str, rho: f64) -> NodeConfig {
-    use crate::sizing::{tiers_toml, NodeShape, BEST_EFFORT_MATCH, CRITICAL_MATCH};
+    use tailor_node::sizing::{tiers_toml, NodeShape, BEST_EFFORT_MATCH, CRITICAL_MATCH};
     let tiers = tiers_toml(&NodeShape::probe(caps), rho, CRITICAL_MATCH, BEST_EFFORT_MATCH);
     let text = format!(
         "state_dir = {state:?}\ncgroup_name = \"{cgroup_name}\"\nwindow_ms = 0\n{tiers}",
@@ -167,7 +171,7 @@ impl Drop for AgentGuard {
 
 fn spawn_helper(helper: &AgentCommand, args: &[&str], tier: Option<&str>) -> Result<Child, String> {
     let mut cmd = Command::new(&helper.program);
-    crate::procs::start_at_stock_policy(&mut cmd).args(&helper.prefix).args(args);
+    procs::start_at_stock_policy(&mut cmd).args(&helper.prefix).args(args);
     if let Some(tier) = tier {
         cmd.env("TAILOR_TIER", tier);
     }
@@ -401,76 +405,4 @@ fn measure_window(
     drop(stdin);
     let result: ClientResult = serde_json::from_str(&line).map_err(|e| format!("load client output {line:?}: {e}"))?;
     Ok((result, be_pct, record))
-}
-
-// === report ===
-
-/// Markdown table of the per-step medians.
-pub fn table(report: &LadderReport) -> String {
-    let mut s = String::from(
-        "| spinners | stock p50 (µs) | stock p99 (µs) | enforcing p50 (µs) | enforcing p99 (µs) | best-effort CPU, enforcing (% of a CPU) |\n\
-         |---:|---:|---:|---:|---:|---:|\n",
-    );
-    for &n in &report.options.steps {
-        let get = |arm: &str| report.steps.iter().find(|s| s.arm == arm && s.spinners == n);
-        let (Some(a), Some(b)) = (get("stock"), get("enforcing")) else { continue };
-        let star = |s: &StepSummary| if s.windows_excluded > 0 { "*" } else { "" };
-        s.push_str(&format!(
-            "| {n} | {:.0} | {:.0}{} | {:.0} | {:.0}{} | {:.0} |\n",
-            a.p50_us,
-            a.p99_us,
-            star(a),
-            b.p50_us,
-            b.p99_us,
-            star(b),
-            b.best_effort_cpu_pct
-        ));
-    }
-    s.push_str(&format!(
-        "\np99 growth 0→{} spinners: stock {:.2}×, enforcing {:.2}×; enforcing p50 change {:.2}×\n",
-        report.options.steps.last().copied().unwrap_or(0),
-        report.stock_p99_growth,
-        report.enforcing_p99_growth,
-        report.enforcing_p50_change
-    ));
-    if report.steps.iter().any(|s| s.windows_excluded > 0) {
-        s.push_str("\n`*`: a window whose attribution tag disagreed with its arm was excluded (listed in the JSON).\n");
-    }
-    s
-}
-
-/// SVG: p50 and p99 per arm against the number of spinners.
-pub fn plot(report: &LadderReport) -> String {
-    use tailor_plot::{line_plot_styled, Line, Series};
-    let mut series = Vec::new();
-    for arm in ["stock", "enforcing"] {
-        for (style, f) in
-            [(Line::Solid, (|s: &StepSummary| s.p99_us) as fn(&StepSummary) -> f64), (Line::Dotted, |s| s.p50_us)]
-        {
-            let points =
-                report.steps.iter().filter(|s| s.arm == arm).map(|s| (s.spinners as f64, f(s) / 1e3)).collect();
-            series.push(Series::new(arm, points).styled(style));
-        }
-    }
-    line_plot_styled(
-        "Probe latency vs co-located spinners",
-        "best-effort spinners",
-        "latency (ms)",
-        &series,
-        &[(Line::Solid, "p99"), (Line::Dotted, "p50")],
-    )
-}
-
-/// Writes ladder.json, ladder.md and ladder.svg into `dir`.
-pub fn write_outputs(report: &LadderReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let files = [
-        (dir.join("ladder.json"), serde_json::to_string_pretty(report).expect("serializes")),
-        (dir.join("ladder.md"), table(report)),
-        (dir.join("ladder.svg"), plot(report)),
-    ];
-    for (path, text) in &files {
-        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    Ok(files.into_iter().map(|(p, _)| p).collect())
 }

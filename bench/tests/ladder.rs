@@ -1,7 +1,7 @@
 //! Ladder smoke test: the quick ladder on two steps, checking its structure, its attribution
 //! tags, and that the enforcing arm's p99 at the top step is below the stock arm's.
 
-use tailor_node::ladder::{self, LadderOptions};
+use tailor_bench::ladder::{self, LadderOptions};
 use tailor_node::runner::AgentCommand;
 
 #[test]
@@ -15,7 +15,7 @@ fn quick_ladder_structure_and_enforcing_beats_stock_at_8_spinners() {
     opts.steps = vec![0, 8];
     opts.reps = 2;
     opts.window_s = 0.75;
-    opts.helper = Some(AgentCommand { program: env!("CARGO_BIN_EXE_tailor-node").into(), prefix: Vec::new() });
+    opts.helper = Some(AgentCommand { program: env!("CARGO_BIN_EXE_ladder").into(), prefix: Vec::new() });
     let report = ladder::run(&opts, &|l: &str| eprintln!("{l}")).unwrap();
     assert_eq!(report.windows.len(), 2 * 2 * 2);
     for w in &report.windows {

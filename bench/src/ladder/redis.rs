@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::probe::redis_request;
+use super::processes::redis_request;
 
 /// Starts `redis-server` (persistence off, loopback only) in the critical tier; returns it,
 /// its port and its version line once it answers PING.
@@ -29,7 +29,7 @@ pub fn start(state_dir: &Path) -> Result<(Child, u16, String), String> {
         .map_err(|e| format!("finding a free port: {e}"))?
         .port();
     std::fs::create_dir_all(state_dir).map_err(|e| format!("{}: {e}", state_dir.display()))?;
-    let child = crate::procs::start_at_stock_policy(&mut Command::new("redis-server"))
+    let child = tailor_node::procs::start_at_stock_policy(&mut Command::new("redis-server"))
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
         .args(["--protected-mode", "no", "--io-threads", "1", "--dir"])
         .arg(state_dir)

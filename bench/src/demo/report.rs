@@ -1,0 +1,186 @@
+//! A demo's report: the progress line per run, the results table, the verdict, report.md and
+//! the p99 plot per workload.
+
+use std::fmt::Write as _;
+
+use tailor_sim::plot::{line_plot_styled, Line, Series};
+use tailor_sim::report::table;
+
+use super::{DemoConfig, DemoReport, RunResult};
+use crate::record::RunSummary;
+use crate::workload::Workload;
+
+fn fmt_opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("-".into(), |x| format!("{x:.digits$}"))
+}
+
+fn errors(s: &RunSummary) -> u64 {
+    s.http_errors + s.timeouts + s.transport_errors + s.dropped
+}
+
+pub(super) fn row_line(r: &RunResult) -> String {
+    let s = &r.summary;
+    format!(
+        "{:<8} {:<9} ρ={:.2} (effective {:.2}) {:>5.0} req/s  p50 {:>7.2}  p99 {:>7.2} (sim {:>7})  p99.9 {:>7.2}  mean {:>6.2} ms  reorder {:>4.1}%  errors {}  background {:.1} CPUs  overhead {:.0} µs/req",
+        r.mode_name,
+        r.workload,
+        r.load,
+        r.effective_utilization,
+        s.offered_rps,
+        s.latency_ms.p50,
+        s.latency_ms.p99,
+        fmt_opt(r.predicted_p99_ms, 2),
+        s.latency_ms.p999,
+        s.latency_ms.mean,
+        s.reordering_pct,
+        errors(s),
+        r.cpu.background_cpus,
+        r.overhead_per_request_us
+    )
+}
+
+/// The results table (plain text, one row per run).
+pub fn results_table(report: &DemoReport) -> String {
+    let header = [
+        "mode",
+        "workload",
+        "ρ",
+        "eff ρ",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "sim p99",
+        "p99/sim",
+        "p99.9 ms",
+        "mean ms",
+        "thr req/s",
+        "reorder %",
+        "p99/ideal",
+        "errors",
+        "bg CPUs",
+    ];
+    let rows: Vec<Vec<String>> = report
+        .runs
+        .iter()
+        .map(|r| {
+            let s = &r.summary;
+            vec![
+                r.mode_name.to_string(),
+                r.workload.clone(),
+                format!("{:.2}", r.load),
+                format!("{:.2}", r.effective_utilization),
+                format!("{:.0}", s.offered_rps),
+                format!("{:.2}", s.latency_ms.p50),
+                format!("{:.2}", s.latency_ms.p99),
+                fmt_opt(r.predicted_p99_ms, 2),
+                fmt_opt(r.predicted_p99_ms.map(|p| s.latency_ms.p99 / p), 2),
+                format!("{:.2}", s.latency_ms.p999),
+                format!("{:.2}", s.latency_ms.mean),
+                format!("{:.0}", s.throughput_rps),
+                format!("{:.1}", s.reordering_pct),
+                format!("{:.2}", s.ideal.ratio.p99),
+                errors(s).to_string(),
+                format!("{:.2}", r.cpu.background_cpus),
+            ]
+        })
+        .collect();
+    table(&header, &rows)
+}
+
+/// For each workload at the highest load: orf's p99 change versus linux and
+/// fifo, and whether the project's goals are met (≥ 40% below linux, ≥ 25% below
+/// fifo; docs/demo.md says where they come from).
+pub fn verdict(report: &DemoReport) -> String {
+    let mut s = String::new();
+    let mut workloads: Vec<&str> = report.runs.iter().map(|r| r.workload.as_str()).collect();
+    workloads.dedup();
+    for w in workloads {
+        let top = report.runs.iter().filter(|r| r.workload == w).map(|r| r.load).fold(0.0, f64::max);
+        let at = |m: &str| report.runs.iter().find(|r| r.workload == w && r.load == top && r.mode_name == m);
+        let Some(orf) = at("orf").or_else(|| at("orf-coop")) else { continue };
+        for base in ["linux", "fifo"] {
+            let Some(b) = at(base) else { continue };
+            let cut = 100.0 * (1.0 - orf.summary.latency_ms.p99 / b.summary.latency_ms.p99);
+            let target = if base == "linux" { 40.0 } else { 25.0 };
+            let _ = writeln!(
+                s,
+                "- {w}, ρ={top:.2}: {} p99 {:.2} ms vs {base} {:.2} ms: {cut:+.0}% cut (goal ≥ {target:.0}%: {}); reordering {:.1}% vs {:.1}%; mean {:.2} vs {:.2} ms; throughput {:.0} vs {:.0} req/s",
+                orf.mode_name,
+                orf.summary.latency_ms.p99,
+                b.summary.latency_ms.p99,
+                if cut >= target { "met" } else { "not met" },
+                orf.summary.reordering_pct,
+                b.summary.reordering_pct,
+                orf.summary.latency_ms.mean,
+                b.summary.latency_ms.mean,
+                orf.summary.throughput_rps,
+                b.summary.throughput_rps,
+            );
+        }
+    }
+    s
+}
+
+pub(super) fn report_markdown(cfg: &DemoConfig, report: &DemoReport) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# tailor demo\n");
+    let _ = writeln!(
+        s,
+        "{} tiers on loopback sharing {} CPUs; per-tier demand = TailClipper §5.1's workloads scaled to a {} ms mean; seed {}; {} measured requests per run after {} warm-up. ρ = λ·(E[total demand] + the chain's own CPU per request)/CPUs: how busy the CPUs are. Latency from the intended send time (open loop). Reordering % as in docs/metrics.md. `sim p99`: the same chain simulated at the measured rate (runs/*.toml); `p99/ideal`: measured / the G/G/{} FIFO recursion fed with the measured arrivals and demands.\n",
+        report.tiers, report.cores, report.mean_ms_per_tier, report.seed, cfg.requests, cfg.warmup, report.cores
+    );
+    let _ = writeln!(
+        s,
+        "Load generator alone: {:.0} req/s completed of {:.0} offered (p99 send lag {:.0} µs). The chain with zero demand, unloaded: p50 {:.0} µs, {:.0} µs of CPU per request (the simulator adds it as a CPU stage on the shared host), {:.0} µs per hop beyond it (the simulator's network delay). `bg CPUs`: CPUs' worth used by other processes during the run (a quiet machine has ~0). CPU idle states: {}.\n",
+        report.generator_max_rps, report.generator_offered_rps, report.generator_p99_lag_us, report.calibration.p50_us, report.calibration.overhead_us, report.calibration.hop_us,
+        if report.idle_states == "off" { "off (/dev/cpu_dma_latency held at 0: idle CPUs poll)" } else { "the machine's" }
+    );
+    let _ = writeln!(
+        s,
+        "ORF: c = {}. `orf` is kernel-enforced by key ordering (each job at a SCHED_FIFO level from its GAT, {} µs of GAT per level); `orf-band` and `rr` through the agent's band, slice {} µs; `orf-coop` cooperatively (docs/runtime.md).\n",
+        report.orf_c, report.bucket_us, report.slice_us
+    );
+    let _ = writeln!(s, "```\n{}```\n", results_table(report));
+    for sk in &report.skipped {
+        let _ = writeln!(s, "Skipped `{}`: {}\n", sk.mode, sk.reason);
+    }
+    let v = verdict(report);
+    if !v.is_empty() {
+        let _ = writeln!(s, "## ORF against the Linux default and a FIFO pool (highest load)\n\n{v}");
+    }
+    for w in &cfg.workloads {
+        let _ = writeln!(s, "![p99 vs load, {w}](p99-{w}.svg)\n");
+    }
+    let _ = writeln!(s, "Per run: `runs/<mode>-<workload>-rho<ρ>.{{json,csv,hgrm,toml}}`; all runs: `demo.json`; each run's tier and agent logs: `logs/<mode>-<workload>-rho<ρ>-*.log`. Took {:.0} s.", report.wall_seconds);
+    s
+}
+
+pub(super) fn plot(report: &DemoReport, w: Workload) -> String {
+    let mut series = Vec::new();
+    // Each mode once, in the order the runs came (they interleave across loads).
+    let mut modes: Vec<&str> = Vec::new();
+    for r in &report.runs {
+        if !modes.contains(&r.mode_name) {
+            modes.push(r.mode_name);
+        }
+    }
+    for m in modes {
+        let pts = |f: &dyn Fn(&RunResult) -> Option<f64>| -> Vec<(f64, f64)> {
+            report
+                .runs
+                .iter()
+                .filter(|r| r.mode_name == m && r.workload == w.name())
+                .filter_map(|r| f(r).map(|y| (r.load, y)))
+                .collect()
+        };
+        series.push(Series::new(m, pts(&|r| Some(r.summary.latency_ms.p99))));
+        series.push(Series::new(m, pts(&|r| r.predicted_p99_ms)).styled(Line::Dashed));
+    }
+    line_plot_styled(
+        &format!("tailor demo: p99 vs load, {w}"),
+        "utilization ρ",
+        "p99 latency (ms)",
+        &series,
+        &[(Line::Solid, "measured"), (Line::Dashed, "simulated")],
+    )
+}
