@@ -282,13 +282,19 @@ impl Orf {
     /// its youngest members as an older arrival would, a larger one is refilled oldest first.
     fn set_cap(&mut self, now: Nanos, cap: usize) {
         let was_busy = !self.rr.is_empty();
+        self.resize_pool(cap);
+        self.refill();
+        self.fill_idle(now);
+        self.settle_slices(now, was_busy);
+    }
+
+    /// Sets the capacity and evicts the youngest members a smaller pool has no room for;
+    /// the caller refills and dispatches.
+    fn resize_pool(&mut self, cap: usize) {
         self.cap = cap.max(self.running.len());
         while self.pool.len() > self.cap {
             self.evict_youngest();
         }
-        self.refill();
-        self.fill_idle(now);
-        self.settle_slices(now, was_busy);
     }
 
     /// Pool capacity, `max(c, cpus)`.
@@ -356,6 +362,11 @@ impl Orf {
         } else {
             self.pool_remove(slot.key);
         }
+        // The controller decides before the freed CPU is given away: deciding after
+        // would dispatch a job at the old capacity and mark it an evictee at once.
+        if let Some(cap) = self.adapt.as_mut().and_then(|a| a.left(id, now - slot.since)) {
+            self.resize_pool(cap);
+        }
         self.refill();
         if self.idle == 1 {
             // The usual case: only the CPU just freed is idle.
@@ -366,9 +377,6 @@ impl Orf {
             self.fill_idle(now);
         }
         self.settle_slices(now, was_busy);
-        if let Some(cap) = self.adapt.as_mut().and_then(|a| a.left(id, now - slot.since)) {
-            self.set_cap(now, cap);
-        }
     }
 
     /// Inserts a key into the sorted pool index.
