@@ -74,12 +74,18 @@ pub struct Skipped {
 /// What the chain costs by itself: measured with zero demand at 250 req/s.
 #[derive(Clone, Debug, Serialize)]
 pub struct Calibration {
-    /// End-to-end p50, µs.
+    /// End-to-end p50, µs (the median of the blocks' p50s).
     pub p50_us: f64,
-    /// CPU time per request of all the demo's processes, µs (the simulator adds it as a CPU stage).
+    /// CPU time per request of all the demo's processes, µs (the simulator adds it as a CPU
+    /// stage): the median of `overhead_blocks_us`.
     pub overhead_us: f64,
+    /// Each measured block's CPU per request, µs: how much it moves within one chain.
+    pub overhead_blocks_us: Vec<f64>,
     /// Latency per hop beyond that CPU, µs (the simulator's fixed network delay).
     pub hop_us: f64,
+    /// The CPU per request that turned each ρ into a rate, µs: `overhead_us`, or the
+    /// value given with `--overhead-us`.
+    pub rate_overhead_us: f64,
 }
 
 /// Everything a demo produced (`demo.json`).
@@ -258,12 +264,20 @@ pub fn run(cfg: &DemoConfig, progress: &dyn Progress) -> Result<DemoReport, Demo
 
     let calibration = calibrate(cfg)?;
     progress.line(&format!(
-        "unloaded chain with zero demand: p50 {:.0} µs end to end; {:.0} µs of CPU per request (all processes); {:.0} µs per hop of latency beyond that ({} hops)",
+        "unloaded chain with zero demand: p50 {:.0} µs end to end; {:.0} µs of CPU per request (all processes; median of {}); {:.0} µs per hop of latency beyond that ({} hops)",
         calibration.p50_us,
         calibration.overhead_us,
+        calibration.overhead_blocks_us.iter().map(|o| format!("{o:.0}")).collect::<Vec<_>>().join(", "),
         calibration.hop_us,
         cfg.tiers + 1
     ));
+    progress.line(&match cfg.overhead_us {
+        Some(o) => format!("rates from --overhead-us {o:.0} (not the calibration's {:.0})", calibration.overhead_us),
+        None => format!(
+            "rates from {:.0} µs of overhead per request; --overhead-us {:.0} gives another invocation the same rates",
+            calibration.overhead_us, calibration.overhead_us
+        ),
+    });
 
     let kernel_block = kernel_unavailable(cfg);
     let mut runs = Vec::new();
@@ -282,7 +296,7 @@ pub fn run(cfg: &DemoConfig, progress: &dyn Progress) -> Result<DemoReport, Demo
     // and goes) hits the modes alike instead of one mode's whole sweep.
     for (wi, &w) in cfg.workloads.iter().enumerate() {
         for (li, &load) in cfg.loads.iter().enumerate() {
-            let rate = cfg.rate_for(w, load, calibration.overhead_us * 1e3);
+            let rate = cfg.rate_for(w, load, calibration.rate_overhead_us * 1e3);
             let seed = point_seed(cfg.seed, wi, li);
             let plan = plan_for(cfg, w, rate, seed)?;
             for &mode in &cfg.modes {
@@ -346,19 +360,34 @@ pub(crate) fn calibrate(cfg: &DemoConfig) -> Result<Calibration, DemoError> {
     // connections, pool threads and page faults (one 400-request calibration read
     // 950 µs per request where a warm one reads ~425).
     loadgen::run(&zero_demand(100), &loadgen_config(cfg, &chain))?;
-    let n = 400;
+    // Blocks of 400, median: one block's CPU per request ranges over ±20% (417–672 µs in
+    // four blocks of one chain on this VM: wake-up costs at a low rate come and go), and a
+    // single block moved the offered rates of two invocations apart by up to 19%.
+    let (n, blocks) = (400, 3);
     let plan = zero_demand(n);
-    let before = cpuacct::snapshot(&chain.pids());
-    let records = loadgen::run(&plan, &loadgen_config(cfg, &chain))?;
-    let cpu = cpuacct::usage(&before, &cpuacct::snapshot(&chain.pids()), n);
+    let (mut overheads, mut p50s) = (Vec::new(), Vec::new());
+    for _ in 0..blocks {
+        let before = cpuacct::snapshot(&chain.pids());
+        let records = loadgen::run(&plan, &loadgen_config(cfg, &chain))?;
+        overheads.push(cpuacct::usage(&before, &cpuacct::snapshot(&chain.pids()), n).cpu_per_request_us);
+        p50s.push(summarize(&records, 20, cfg.tiers as u32, cfg.cores).latency_ms.p50 * 1e3);
+    }
     drop(chain);
-    let s = summarize(&records, 20, cfg.tiers as u32, cfg.cores);
+    let (overhead_us, p50_us) = (median(&overheads), median(&p50s));
     let hops = (cfg.tiers + 1) as f64;
     Ok(Calibration {
-        overhead_us: cpu.cpu_per_request_us,
-        hop_us: ((s.latency_ms.p50 * 1e3 - cpu.cpu_per_request_us) / hops).max(0.0),
-        p50_us: s.latency_ms.p50 * 1e3,
+        overhead_us,
+        overhead_blocks_us: overheads,
+        hop_us: ((p50_us - overhead_us) / hops).max(0.0),
+        p50_us,
+        rate_overhead_us: cfg.overhead_us.unwrap_or(overhead_us),
     })
+}
+
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 enum RunModeError {

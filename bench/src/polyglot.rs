@@ -488,6 +488,7 @@ impl PolyglotConfig {
             trace: None,
             timeout: Duration::from_secs(10),
             idle_states_off: false,
+            overhead_us: None,
         }
     }
 }

@@ -239,6 +239,7 @@ pub fn run_chain(s: &ChainSoak, mut say: impl FnMut(&str)) -> Result<SoakReport,
         trace: None,
         timeout: Duration::from_secs(30),
         idle_states_off: false,
+        overhead_us: None,
     };
     if let Some(reason) = demo::kernel_unavailable(&cfg) {
         return Err(DemoError::Config(format!("the chain soak runs the kernel backend: {reason}")));
@@ -246,7 +247,7 @@ pub fn run_chain(s: &ChainSoak, mut say: impl FnMut(&str)) -> Result<SoakReport,
     std::fs::create_dir_all(s.out.join("logs"))
         .map_err(|source| DemoError::Io { what: format!("creating {}", s.out.display()), source })?;
     let calibration = demo::calibrate(&cfg)?;
-    let rate = cfg.rate_for(s.workload, s.rho, calibration.overhead_us * 1e3);
+    let rate = cfg.rate_for(s.workload, s.rho, calibration.rate_overhead_us * 1e3);
     cfg.requests = per_window(rate);
     let shm = Path::new("/dev/shm");
     let dir = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };

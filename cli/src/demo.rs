@@ -80,6 +80,11 @@ pub struct DemoArgs {
     /// /dev/cpu_dma_latency at 0 so idle CPUs poll; root). Applies to every mode alike.
     #[arg(long, default_value = "keep", value_parser = ["keep", "off"])]
     idle_states: String,
+    /// The chain's own CPU per request, µs, that turns each ρ into a rate. Default: the
+    /// calibration's median, which moves by ±10% between invocations; to compare two
+    /// invocations at the same rates, give both the value the first one printed.
+    #[arg(long)]
+    overhead_us: Option<f64>,
 }
 
 fn parse_workload(s: &str) -> Result<Workload, String> {
@@ -125,6 +130,13 @@ pub fn main(args: DemoArgs) -> Result<(), String> {
     if !(args.timeout_s > 0.0 && args.timeout_s.is_finite()) {
         return Err(format!("--timeout-s {}: give a positive number of seconds", args.timeout_s));
     }
+    if let Some(o) = args.overhead_us {
+        if !(o >= 0.0 && o.is_finite()) {
+            return Err(format!(
+                "--overhead-us {o}: give the chain's CPU per request in µs, e.g. 450 (or leave it out to calibrate)"
+            ));
+        }
+    }
     let cores = args.cores.unwrap_or_else(tailor_runtime::available_cpus);
     let mut cfg = DemoConfig {
         exe,
@@ -146,6 +158,7 @@ pub fn main(args: DemoArgs) -> Result<(), String> {
         trace: args.trace,
         timeout: Duration::from_secs_f64(args.timeout_s),
         idle_states_off: args.idle_states == "off",
+        overhead_us: args.overhead_us,
     };
     if args.quick {
         cfg.workloads = vec![Workload::Exp];

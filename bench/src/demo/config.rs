@@ -113,6 +113,10 @@ pub struct DemoConfig {
     pub timeout: Duration,
     /// The caller holds CPU idle states off for the whole demo (recorded, not applied here).
     pub idle_states_off: bool,
+    /// The chain's own CPU per request (µs) that turns ρ into a rate; `None`: the
+    /// calibration's. Pinning it (to a previous invocation's calibration) gives two
+    /// invocations the same offered rates, which a fresh calibration moves by ±10%.
+    pub overhead_us: Option<f64>,
 }
 
 impl DemoConfig {
@@ -209,6 +213,7 @@ mod tests {
             trace: None,
             timeout: Duration::from_secs(1),
             idle_states_off: false,
+            overhead_us: None,
         }
     }
 

@@ -21,7 +21,7 @@ use tailor_core::{Nanos, Progress};
 use tailor_sim::metrics::quantile_sorted;
 
 use super::{load_average, Processes, Programs};
-use crate::cpuacct::{process_ticks, ticks_per_sec};
+use crate::cpuacct::tree_cpu_ns;
 use crate::loadgen::{self, LoadgenConfig, Plan};
 use crate::polyglot::{address_in, free_port};
 use crate::record::Outcome;
@@ -132,7 +132,7 @@ fn ensure_installed(install: bool, say: &dyn Progress) -> Vec<String> {
 
 fn nginx_config(dir: &Path, port: u16, upstream: &str, workers: usize) -> String {
     let d = dir.display();
-    // master_process off: one process, the worker itself, whose CPU /proc shows.
+    // master_process off with one worker: one process, the worker itself.
     let master = if workers == 1 { "master_process off;\n" } else { "" };
     format!(
         "daemon off;\n{master}worker_processes {workers};\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log warn;\n\
@@ -267,8 +267,8 @@ fn closed_loop(uri: &Uri, connections: usize, seconds: f64) -> Result<(u64, u64,
     })
 }
 
-fn cpu_us(ticks: u64) -> f64 {
-    ticks as f64 / ticks_per_sec() * 1e6
+fn cpu_us(ns: u64) -> f64 {
+    ns as f64 / 1e3
 }
 
 /// Runs the cost benchmark.
@@ -280,9 +280,9 @@ pub fn run(programs: &Programs, cfg: &CostConfig, say: &dyn Progress) -> Result<
     for s in &skipped {
         say.line(&format!("skipping {s}"));
     }
-    // Latencies (ns) and failures per (target, rate index); proxy ticks and requests per target.
+    // Latencies (ns) and failures per (target, rate index); proxy CPU ns and requests per target.
     let mut lat: HashMap<(usize, usize), (Vec<Nanos>, usize)> = HashMap::new();
-    let mut ticks: HashMap<usize, (u64, usize)> = HashMap::new();
+    let mut cpu_ns: HashMap<usize, (u64, usize)> = HashMap::new();
     let mut peak: HashMap<usize, (Vec<f64>, u64, u64, u64)> = HashMap::new();
     let steps = (cfg.rounds * targets.len() * (cfg.rates.len() + 1)) as u64;
     say.start(steps, "proxy cost");
@@ -304,11 +304,11 @@ pub fn run(programs: &Programs, cfg: &CostConfig, say: &dyn Progress) -> Result<
                     max_in_flight: 2048,
                     rt_priority: None,
                 };
-                let before = t.pid.map(process_ticks);
+                let before = t.pid.map(tree_cpu_ns);
                 let records = loadgen::run(&plan, &lcfg).map_err(|e| e.to_string())?;
                 if let (Some(pid), Some(b)) = (t.pid, before) {
-                    let e = ticks.entry(ti).or_default();
-                    e.0 += process_ticks(pid).saturating_sub(b);
+                    let e = cpu_ns.entry(ti).or_default();
+                    e.0 += tree_cpu_ns(pid).saturating_sub(b);
                     e.1 += records.len();
                 }
                 // The first 5% warm connections up.
@@ -324,13 +324,13 @@ pub fn run(programs: &Programs, cfg: &CostConfig, say: &dyn Progress) -> Result<
             let ti = (k + round) % targets.len();
             let t = &targets[ti];
             let uri: Uri = t.uri.parse().map_err(|e| format!("{}: {e}", t.uri))?;
-            let before = t.pid.map(process_ticks);
+            let before = t.pid.map(tree_cpu_ns);
             let (ok, failed, secs) = closed_loop(&uri, cfg.connections, cfg.saturate_seconds)?;
             let e = peak.entry(ti).or_default();
             e.0.push(ok as f64 / secs);
             e.1 += failed;
             if let (Some(pid), Some(b)) = (t.pid, before) {
-                e.2 += process_ticks(pid).saturating_sub(b);
+                e.2 += tree_cpu_ns(pid).saturating_sub(b);
                 e.3 += ok + failed;
             }
             done += 1;
@@ -353,19 +353,19 @@ pub fn run(programs: &Programs, cfg: &CostConfig, say: &dyn Progress) -> Result<
                     RatePoint { rate, p50_ms: q(0.5), p99_ms: q(0.99), requests: v.len() + failed, failed }
                 })
                 .collect();
-            let (mut peaks, peak_errors, pticks, preq) = peak.remove(&ti).unwrap_or_default();
+            let (mut peaks, peak_errors, peak_ns, preq) = peak.remove(&ti).unwrap_or_default();
             let mut sorted = peaks.clone();
             sorted.sort_by(f64::total_cmp);
             let peak_rps_median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
             peaks.iter_mut().for_each(|p| *p = p.round());
-            let cpu = ticks.get(&ti).filter(|(_, n)| *n > 0).map(|&(tk, n)| cpu_us(tk) / n as f64);
+            let cpu = cpu_ns.get(&ti).filter(|(_, n)| *n > 0).map(|&(tk, n)| cpu_us(tk) / n as f64);
             TargetResult {
                 name: t.name.clone(),
                 rates,
                 cpu_per_request_us: cpu,
                 peak_rps: peaks,
                 peak_rps_median,
-                peak_cpu_per_request_us: t.pid.filter(|_| preq > 0).map(|_| cpu_us(pticks) / preq as f64),
+                peak_cpu_per_request_us: t.pid.filter(|_| preq > 0).map(|_| cpu_us(peak_ns) / preq as f64),
                 peak_errors,
             }
         })

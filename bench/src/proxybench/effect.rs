@@ -293,6 +293,7 @@ impl EffectConfig {
             trace: None,
             timeout: Duration::from_secs(20),
             idle_states_off: false,
+            overhead_us: None,
         }
     }
 }

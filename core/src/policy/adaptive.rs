@@ -132,6 +132,11 @@ impl Window {
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
     }
+
+    /// The CPU time each job visit received, in arrival order: what the replay serves.
+    pub fn services(&self) -> impl Iterator<Item = Nanos> + '_ {
+        self.jobs.iter().map(|r| r.service.unwrap_or(0))
+    }
 }
 
 /// The decision half of the controller: replays each window under every candidate

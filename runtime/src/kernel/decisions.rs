@@ -123,7 +123,14 @@ impl DecisionThread {
     /// Starts the helper with core's decider.
     pub fn with_decider(mut decider: Decider) -> std::io::Result<DecisionThread> {
         let cap = decider.cap();
-        DecisionThread::start(move |w| decider.decide(w), cap)
+        DecisionThread::start(
+            move |w| {
+                let choice = decider.decide(w);
+                log_decision(&decider, w);
+                choice
+            },
+            cap,
+        )
     }
 
     /// Hands `window` to the helper. Never waits: a window the helper has not taken yet is
@@ -198,6 +205,31 @@ impl Drop for DecisionThread {
     fn drop(&mut self) {
         self.join();
     }
+}
+
+/// One line per decision: what the window held and how each capacity replayed, so an
+/// operator can see why `c` moved or stayed (the replay ranks capacities by pooled p99).
+fn log_decision(decider: &Decider, w: &Window) {
+    let mut services: Vec<Nanos> = w.services().collect();
+    services.sort_unstable();
+    let q = |p: f64| services.get(((services.len() as f64 * p) as usize).min(services.len().saturating_sub(1)));
+    let ms = |ns: Option<&Nanos>| ns.map_or(0.0, |&n| n as f64 / 1e6);
+    let ranking: Vec<String> = decider
+        .ladder()
+        .iter()
+        .zip(decider.pooled_p99s())
+        .map(|(cap, p99)| format!("{cap}: {:.2}", *p99 as f64 / 1e6))
+        .collect();
+    tracing::info!(
+        "adaptive c: window {} ({} jobs; CPU per job p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms): replayed p99 ms by capacity [{}]; capacity {}",
+        w.seq(),
+        w.len(),
+        ms(q(0.5)),
+        ms(q(0.99)),
+        ms(services.last()),
+        ranking.join(", "),
+        decider.cap()
+    );
 }
 
 /// The calling thread to SCHED_OTHER at nice [`HELPER_NICE`]. A thread the agent starts
