@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use tailor_core::dist::{Cdf, Dist, DistSpec, Scaled};
-use tailor_core::tailguard::{AdmissionWindow, Planner, WorstCaseMax};
+use tailor_core::tailguard::{AdmissionController, AdmissionWindow, Planner, RefusedTasks, WorstCaseMax};
 use tailor_core::time::{from_micros_f64, from_millis_f64, NANOS_PER_SEC};
 use tailor_core::{Nanos, PolicySpec};
 
@@ -186,12 +186,36 @@ pub struct Model {
     /// budget is then Eq. 1 over the instances its query actually picked
     /// ([`Model::placement_budget`]), not the table's k slowest.
     pub instance_cdfs: Vec<Vec<Scaled>>,
-    /// (r_th, window).
-    pub admission: Option<(f64, AdmissionWindow)>,
+    /// `[admission]`: TailGuard's query admission control.
+    pub admission: Option<AdmissionModel>,
     /// `[admission] reject_late`: turn a request away when a root task would wait past its deadline.
     pub reject_late: bool,
     /// Every node: service instances with CPUs of their own, then hosts.
     pub nodes: Vec<NodeModel>,
+}
+
+/// `[admission]` compiled: the controller's parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdmissionModel {
+    pub r_th: f64,
+    pub window: AdmissionWindow,
+    pub refused: RefusedTasks,
+    pub proportional: bool,
+    pub min_tasks: u64,
+    /// Admit/reject phases the controller keeps for [`crate::engine::RunStats::admission_phases`]
+    /// (instrumentation for tests; never set from a scenario, 0: none).
+    pub phase_log: usize,
+}
+
+impl AdmissionModel {
+    /// The controller these parameters describe.
+    pub fn controller(&self) -> Result<AdmissionController, tailor_core::tailguard::AdmissionError> {
+        let c = AdmissionController::with_window(self.r_th, self.window)?
+            .with_refused_tasks(self.refused)
+            .with_min_tasks(self.min_tasks)
+            .with_phase_log(self.phase_log);
+        Ok(if self.proportional { c.with_proportional() } else { c })
+    }
 }
 
 /// Which load to run at, overriding the file's `[load]`.
@@ -443,7 +467,14 @@ impl Model {
                     (Some(n), None) => AdmissionWindow::Outcomes(n),
                     (None, ms) => AdmissionWindow::Time(from_millis_f64(ms.unwrap_or(0.0)).max(1)),
                 };
-                (a.r_th, window)
+                AdmissionModel {
+                    r_th: a.r_th,
+                    window,
+                    refused: a.refused.tasks(),
+                    proportional: a.proportional,
+                    min_tasks: a.min_tasks,
+                    phase_log: 0,
+                }
             }),
             reject_late: sc.admission.as_ref().is_some_and(|a| a.reject_late),
             nodes,

@@ -410,6 +410,42 @@ pub struct AdmissionSpec {
     /// picked (the query handler's `reject_late`). Needs one root stage and no in-flight cap.
     #[serde(default)]
     pub reject_late: bool,
+    /// What a refused request's tasks are in a count window: `"no_outcome"` (slots that
+    /// move the window, the ratio over admitted tasks), `"on_time"` (the ratio over offered
+    /// tasks) or `"ignored"` (only outcomes move the window).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub refused: RefusedSpec,
+    /// Admit the share R_th / ratio of the requests while the ratio exceeds R_th, instead of none.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub proportional: bool,
+    /// Never reject on fewer task outcomes than this in the window (default 0).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub min_tasks: u64,
+}
+
+/// `[admission] refused`: see [`AdmissionSpec::refused`].
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusedSpec {
+    #[default]
+    NoOutcome,
+    OnTime,
+    Ignored,
+}
+
+impl RefusedSpec {
+    pub fn tasks(self) -> tailor_core::tailguard::RefusedTasks {
+        use tailor_core::tailguard::RefusedTasks;
+        match self {
+            RefusedSpec::NoOutcome => RefusedTasks::NoOutcome,
+            RefusedSpec::OnTime => RefusedTasks::OnTime,
+            RefusedSpec::Ignored => RefusedTasks::Ignored,
+        }
+    }
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 /// Loads and policies to sweep. Each point is a full run with the scenario's seed.

@@ -199,6 +199,13 @@ fn the_admission_section_names_a_bad_or_missing_window() {
     let err = with("[admission]\nr_th = 0.02\nwindow_tasks = 0\n").unwrap_err().to_string();
     assert!(err.contains("window_tasks = 0"), "{err}");
     assert!(with("[admission]\nr_th = 0.02\nwindow_tasks = 10\nwindow_ms = 5\n").is_ok());
+    // `refused` only means something to a count window; an unknown reading is named.
+    let err = with("[admission]\nr_th = 0.02\nwindow_ms = 5\nrefused = \"on_time\"\n").unwrap_err().to_string();
+    assert!(err.contains("refused") && err.contains("window_tasks"), "{err}");
+    let err = with("[admission]\nr_th = 0.02\nwindow_tasks = 10\nrefused = \"late\"\n").unwrap_err().to_string();
+    assert!(err.contains("on_time"), "the readings are listed: {err}");
+    let ok = "[admission]\nr_th = 0.02\nwindow_tasks = 10\nrefused = \"ignored\"\nproportional = true\nmin_tasks = 5\n";
+    assert!(with(ok).is_ok());
 }
 
 /// The handler's `reject_late` in the model: at 1.5× overload of ten EDF servers with

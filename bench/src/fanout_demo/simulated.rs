@@ -186,6 +186,9 @@ pub fn sim_admission(
         window_ms: Some(a.window_ms * l.cfg.time_scale),
         window_tasks: Some(a.window_tasks),
         reject_late: a.reject_late,
+        refused: Default::default(),
+        proportional: false,
+        min_tasks: 0,
     };
     let scenario = sim_scenario_with(l, Scheme::TfEdfq, delay, Some(admission))?;
     let ov = Overrides {

@@ -178,7 +178,15 @@ fn the_built_simulator_scenario_equals_the_old_toml_path_field_for_field() {
     let built = sim_scenario(&l, Scheme::TfEdfq, delay()).expect("built");
     assert_eq!(summary(&fixture(TESTBED_TF_EDFQ_TOML)), summary(&built.loaded));
     // sim_admission's scenario: the same plus `[admission]`.
-    let a = AdmissionSpec { r_th: 0.02, window_ms: Some(200.0), window_tasks: Some(1_000), reject_late: true };
+    let a = AdmissionSpec {
+        r_th: 0.02,
+        window_ms: Some(200.0),
+        window_tasks: Some(1_000),
+        reject_late: true,
+        refused: Default::default(),
+        proportional: false,
+        min_tasks: 0,
+    };
     let with = sim_scenario_with(&l, Scheme::TfEdfq, delay(), Some(a)).expect("built");
     let text = format!(
         "{TESTBED_TF_EDFQ_TOML}\n[admission]\nr_th = 0.02\nwindow_ms = 200\nwindow_tasks = 1000\nreject_late = true\n"

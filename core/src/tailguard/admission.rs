@@ -30,6 +30,12 @@
 //!   the misses that caused the refusal have left (our reading: the paper's "1,000
 //!   queries" are the last 1,000 arriving, admitted or not). Callers that pass no task
 //!   count ([`AdmissionController::admit`]) slide it by nothing: outcomes alone move it.
+//!   What those slots are is a reading of its own ([`RefusedTasks`], default `NoOutcome`):
+//!   slots with no outcome (the ratio stays over admitted tasks; a rejection then lasts
+//!   until every outcome has left, one whole window, since the refused slots push out the
+//!   oldest outcomes first and the misses that caused it are the newest), on-time outcomes
+//!   (the ratio over offered tasks), or nothing (only outcomes move the window; with the
+//!   all-or-nothing rule that can lock out for good once the queues drain).
 //! - `OutcomesWithin(n, ns)`: both bounds, whichever holds fewer.
 //!
 //! Time is passed in; nothing reads a clock. Memory is bounded by the window
@@ -52,6 +58,34 @@ pub enum AdmissionWindow {
     Outcomes(u64),
     /// The last `n` task slots, of which only those of the last `ns` nanoseconds.
     OutcomesWithin(u64, Nanos),
+}
+
+/// What the tasks of a refused query are in a count window (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RefusedTasks {
+    /// Slots with no outcome: they move the window, the ratio is over the outcomes left
+    /// (misses among admitted tasks).
+    #[default]
+    NoOutcome,
+    /// On-time outcomes: the ratio is over the offered tasks (a refused task missed nothing).
+    OnTime,
+    /// Nothing: only outcomes move the window.
+    Ignored,
+}
+
+/// A run of equal decisions, for instrumentation ([`AdmissionController::with_phase_log`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdmissionPhase {
+    /// When its first query arrived.
+    pub start: Nanos,
+    /// Admitting (true) or rejecting.
+    pub admitting: bool,
+    /// Queries decided in it.
+    pub queries: u64,
+    /// The miss ratio when it began.
+    pub ratio_at_start: f64,
+    /// Task outcomes in the window when it began.
+    pub outcomes_at_start: u64,
 }
 
 /// Invalid admission parameters.
@@ -93,6 +127,11 @@ pub struct AdmissionController {
     proportional: bool,
     /// Admission credit of the proportional mode, in [0, 1].
     credit: f64,
+    /// What a refused query's tasks are in a count window.
+    refused_tasks: RefusedTasks,
+    /// The last `phase_cap` phases, oldest first (off at 0).
+    phases: VecDeque<AdmissionPhase>,
+    phase_cap: usize,
 }
 
 impl AdmissionController {
@@ -120,6 +159,9 @@ impl AdmissionController {
             rejected: 0,
             proportional: false,
             credit: 0.0,
+            refused_tasks: RefusedTasks::NoOutcome,
+            phases: VecDeque::new(),
+            phase_cap: 0,
         })
     }
 
@@ -163,6 +205,24 @@ impl AdmissionController {
     pub fn with_proportional(mut self) -> Self {
         self.proportional = true;
         self
+    }
+
+    /// What a refused query's tasks are in a count window (default
+    /// [`RefusedTasks::NoOutcome`]). No effect on a time window.
+    pub fn with_refused_tasks(mut self, refused: RefusedTasks) -> Self {
+        self.refused_tasks = refused;
+        self
+    }
+
+    /// Keeps the last `cap` admit/reject phases for [`Self::phases`] (instrumentation; off at 0).
+    pub fn with_phase_log(mut self, cap: usize) -> Self {
+        self.phase_cap = cap;
+        self
+    }
+
+    /// The phases logged, oldest first (empty unless [`Self::with_phase_log`]).
+    pub fn phases(&self) -> impl ExactSizeIterator<Item = &AdmissionPhase> {
+        self.phases.iter()
     }
 
     fn push(&mut self, at: Nanos, missed: bool) {
@@ -277,8 +337,13 @@ impl AdmissionController {
     pub fn admit_query(&mut self, now: Nanos, tasks: u64) -> bool {
         let ok = self.decide(now);
         if !ok && self.window_tasks != u64::MAX {
+            let slot = match self.refused_tasks {
+                RefusedTasks::NoOutcome => Slot::Refused,
+                RefusedTasks::OnTime => Slot::OnTime,
+                RefusedTasks::Ignored => return ok,
+            };
             for _ in 0..tasks.min(self.window_tasks) {
-                self.push_slot(self.now, Slot::Refused);
+                self.push_slot(self.now, slot);
             }
         }
         ok
@@ -307,7 +372,29 @@ impl AdmissionController {
         } else {
             self.rejected += 1;
         }
+        if self.phase_cap > 0 {
+            self.log_phase(ok, n, ratio);
+        }
         ok
+    }
+
+    fn log_phase(&mut self, admitting: bool, outcomes: u64, ratio: f64) {
+        match self.phases.back_mut() {
+            Some(p) if p.admitting == admitting => p.queries += 1,
+            _ => {
+                if self.phases.len() == self.phase_cap {
+                    self.phases.pop_front();
+                }
+                let start = self.now;
+                self.phases.push_back(AdmissionPhase {
+                    start,
+                    admitting,
+                    queries: 1,
+                    ratio_at_start: ratio,
+                    outcomes_at_start: outcomes,
+                });
+            }
+        }
     }
 
     fn ratio(&self) -> f64 {

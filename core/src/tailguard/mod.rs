@@ -13,7 +13,9 @@ pub mod admission;
 pub mod planner;
 pub mod sequential;
 
-pub use admission::{queue_wait_quantile, AdmissionController, AdmissionError, AdmissionWindow};
+pub use admission::{
+    queue_wait_quantile, AdmissionController, AdmissionError, AdmissionPhase, AdmissionWindow, RefusedTasks,
+};
 pub use planner::{
     read_rut_table, unloaded_quantile, unloaded_quantile_homogeneous, ClassId, Deadline, MaxOf, Planner, PlannerError,
     RutTable, SharedCdf, SloClass, TailModel, WorstCaseMax,

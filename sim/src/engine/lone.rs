@@ -181,6 +181,7 @@ impl<'m> Engine<'m> {
         stats.events = events;
         stats.end_time = now;
         stats.arrivals = arrivals.next_index;
+        stats.admission_phases = admission.as_ref().map_or(Vec::new(), |a| a.phases().copied().collect());
         self.now = now;
         self.seq = seq;
         self.measured_left = measured_left;

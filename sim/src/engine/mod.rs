@@ -27,7 +27,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use tailor_core::pick::DistinctPicker;
 use tailor_core::rng::{CounterRng, RandomSource};
-use tailor_core::tailguard::AdmissionController;
+use tailor_core::tailguard::{AdmissionController, AdmissionPhase};
 use tailor_core::time::NEVER;
 use tailor_core::{Nanos, PolicySpec, Rng};
 
@@ -58,6 +58,9 @@ pub struct RunStats {
     pub preemptions: u64,
     /// Requests turned away by `[admission] reject_late` (warm-up and measured alike).
     pub rejected_late: u64,
+    /// The admission controller's last phases, when the model asks for them
+    /// ([`crate::model::AdmissionModel::phase_log`]).
+    pub admission_phases: Vec<AdmissionPhase>,
 }
 
 /// Runs one simulation of `model` to completion of its measured requests.
@@ -240,10 +243,9 @@ impl<'m> Engine<'m> {
             },
             edge_queue: VecDeque::new(),
             in_flight: 0,
-            admission: m.admission.map(|(r_th, window)| {
-                AdmissionController::with_window(r_th, window)
-                    .expect("admission parameters validated when the scenario loaded")
-            }),
+            admission: m
+                .admission
+                .map(|a| a.controller().expect("admission parameters validated when the scenario loaded")),
             refused_tasks: (0..m.classes.len().max(1))
                 .map(|c| m.roots.iter().map(|&s| m.stages[s].fanout_of(c as u8).mean()).sum::<f64>().round() as u64)
                 .collect(),
@@ -343,6 +345,7 @@ impl<'m> Engine<'m> {
         }
         self.stats.end_time = self.now;
         self.stats.arrivals = self.arrivals.next_index;
+        self.stats.admission_phases = self.admission.as_ref().map_or(Vec::new(), |a| a.phases().copied().collect());
         (self.rec, self.stats)
     }
 }

@@ -297,6 +297,12 @@ impl Scenario {
             if a.window_tasks == Some(0) {
                 p.push("[admission] window_tasks = 0: must be at least 1 (the paper: 100000)".into());
             }
+            if a.window_tasks.is_none() && a.refused != RefusedSpec::NoOutcome {
+                p.push(
+                    "[admission] refused says what a refused request's tasks are in a count window: it needs window_tasks"
+                        .into(),
+                );
+            }
             if a.window_ms.is_none() && a.window_tasks.is_none() {
                 p.push(
                     "[admission] needs a window: window_ms (time) and/or window_tasks (the last N task outcomes)"

@@ -184,6 +184,71 @@ fn the_count_window_is_exact_over_the_last_n_and_moves_with_refused_queries() {
     assert!(AdmissionController::with_window(0.1, AdmissionWindow::Time(0)).is_err());
 }
 
+/// What a refused query's tasks are decides when a rejection ends. One old miss and two new
+/// ones in a window of 100 (3% > R_th = 2%); each refused query has 10 tasks.
+#[test]
+fn refused_tasks_no_outcome_on_time_and_ignored() {
+    let history = |refused: RefusedTasks| {
+        let mut ac =
+            AdmissionController::with_window(0.02, AdmissionWindow::Outcomes(100)).unwrap().with_refused_tasks(refused);
+        for i in 0..100u64 {
+            ac.record_task(i, i == 0 || i >= 98);
+        }
+        ac
+    };
+    // No outcome: the refused slots push out the oldest outcomes, on time or not, and the ratio
+    // is over the outcomes left, so it rises (2/90, 2/80...) and the rejection lasts until
+    // every outcome has left: 10 refusals of 10 tasks, the whole window.
+    let mut no_outcome = history(RefusedTasks::NoOutcome);
+    let rejected = (0..20).take_while(|_| !no_outcome.admit_query(100, 10)).count();
+    assert_eq!(rejected, 10);
+    assert_eq!((no_outcome.window_len(100), no_outcome.window_slots()), (0, 100));
+    // On time: the ratio is over the offered tasks; the old miss leaves with the first
+    // refusal, 2/100 is not above R_th, and the next query is admitted.
+    let mut on_time = history(RefusedTasks::OnTime);
+    assert!(!on_time.admit_query(100, 10));
+    assert_eq!(on_time.window_len(100), 100, "refused tasks count as outcomes");
+    assert!((on_time.miss_ratio(100) - 0.02).abs() < 1e-12);
+    assert!(on_time.admit_query(100, 10));
+    // Ignored: a refusal moves nothing; only new outcomes dilute the ratio.
+    let mut ignored = history(RefusedTasks::Ignored);
+    assert!(!(0..50).any(|_| ignored.admit_query(100, 10)));
+    assert_eq!((ignored.window_len(100), ignored.window_slots()), (100, 100));
+    ignored.record_task(101, false);
+    assert!(ignored.admit_query(101, 10), "the old miss left: 2/100");
+    // A time window has no slots to move: every reading is the same there.
+    let mut timed = AdmissionController::new(0.0, 1000).unwrap().with_refused_tasks(RefusedTasks::OnTime);
+    timed.record_task(0, true);
+    assert!(!timed.admit_query(1, 1000));
+    assert_eq!((timed.window_len(1), timed.window_slots()), (1, 1));
+}
+
+/// The phase log: runs of equal decisions, the ratio and outcomes when each began, the last N.
+#[test]
+fn the_phase_log_keeps_the_last_runs_of_equal_decisions() {
+    let mut ac = AdmissionController::with_window(0.1, AdmissionWindow::Outcomes(10)).unwrap().with_phase_log(2);
+    assert_eq!(ac.phases().len(), 0);
+    assert!(ac.admit_query(1, 5) && ac.admit_query(2, 5));
+    for _ in 0..10 {
+        ac.record_task(3, true);
+    }
+    assert!(!ac.admit_query(4, 5));
+    assert!(!ac.admit_query(5, 5));
+    let phases: Vec<AdmissionPhase> = ac.phases().copied().collect();
+    assert_eq!(phases.len(), 2);
+    assert_eq!((phases[0].start, phases[0].admitting, phases[0].queries), (1, true, 2));
+    assert_eq!((phases[1].start, phases[1].admitting, phases[1].queries), (4, false, 2));
+    assert_eq!((phases[1].ratio_at_start, phases[1].outcomes_at_start), (1.0, 10));
+    // Two refusals of 5 emptied the window: admitted again, and the oldest phase is dropped.
+    assert!(ac.admit_query(6, 5));
+    let starts: Vec<(Nanos, bool)> = ac.phases().map(|p| (p.start, p.admitting)).collect();
+    assert_eq!(starts, [(4, false), (6, true)]);
+    // Off by default.
+    let mut quiet = AdmissionController::new(0.1, 1000).unwrap();
+    assert!(quiet.admit(1));
+    assert_eq!(quiet.phases().len(), 0);
+}
+
 #[test]
 fn a_queued_task_counts_as_missed_at_its_deadline_and_only_once() {
     let mut ac = AdmissionController::new(0.5, 1_000_000).unwrap();
