@@ -386,7 +386,26 @@ fn a_replay_of_fcfs_on_one_cpu_matches_the_lindley_recursion() {
         ages.push(free - r.gat);
     }
     ages.sort_unstable();
-    let tail = replay_tail(&jobs, 0, 1, 1, 3);
-    assert_eq!(tail, [ages[199], ages[198], ages[197]]);
+    let (requests, tail) = replay_tail(&jobs, 0, 1, 1, 3);
+    assert_eq!((requests, &tail[..]), (200, &[ages[199], ages[198], ages[197]][..]));
     assert_eq!(pooled_p99(&VecDeque::from([Tail { jobs: 200, ages: tail }])), ages[197]);
+}
+
+/// A request's time in the node is the union of its visits: successive visits (a chain's
+/// tiers on one node) add up, overlapping ones (a query's parallel tasks) count once, and
+/// the upstream delay before its first visit here (arrival − GAT) is not the node's.
+#[test]
+fn a_request_counts_the_time_its_visits_spent_in_the_node() {
+    let gat = 1_000;
+    let visit = |arrive: Nanos, service: Nanos| Record { arrive, gat, service: Some(service) };
+    // Two successive visits of 5 and 7 on an idle CPU, the first 50 after the GAT: 12.
+    let (requests, times) = replay_tail(&[visit(1_050, 5), visit(1_100, 7)], 0, 1, 1, 1);
+    assert_eq!((requests, times), (1, vec![12]));
+    // Two parallel visits of 10 on two CPUs: 10, not 20.
+    let (requests, times) = replay_tail(&[visit(1_050, 10), visit(1_050, 10)], 0, 2, 2, 1);
+    assert_eq!((requests, times), (1, vec![10]));
+    // Two requests: each its own.
+    let other = Record { arrive: 1_060, gat: 2_000, service: Some(3) };
+    let (requests, times) = replay_tail(&[visit(1_050, 5), other], 0, 2, 2, 2);
+    assert_eq!((requests, times), (2, vec![5, 3]));
 }
