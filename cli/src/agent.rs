@@ -114,7 +114,7 @@ pub fn main(args: AgentArgs) -> Result<(), String> {
         kernel::AGENT_PRIORITY
     );
     let _idle = if args.idle_states == "off" {
-        let guard = tailor_node::idle::IdleStatesOff::hold()?;
+        let guard = tailor_node::idle::IdleStatesOff::hold().map_err(|e| e.to_string())?;
         eprintln!("tailor agent: CPU idle states off ({} held at 0)", guard.path().display());
         Some(guard)
     } else {
@@ -122,7 +122,8 @@ pub fn main(args: AgentArgs) -> Result<(), String> {
     };
     let stop = kernel::stop_on_signals();
     let stats = kernel::AgentStats::new();
-    let _admin = args.admin_addr.map(|addr| kernel::agent_stats::serve(addr, &stats)).transpose()?;
+    let _admin =
+        args.admin_addr.map(|addr| kernel::agent_stats::serve(addr, &stats)).transpose().map_err(|e| e.to_string())?;
     let report = kernel::run_agent_with_stats(&cfg, stop, &stats).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_file(&cfg.table);
     eprintln!("tailor agent: stopped; {report:?}");

@@ -178,7 +178,7 @@ pub fn main(args: DemoArgs) -> Result<(), String> {
     // Held for the whole invocation, so every mode runs under the same idle states; the
     // kernel drops the request when this process exits, however it exits.
     let _idle = if cfg.idle_states_off {
-        let guard = tailor_node::idle::IdleStatesOff::hold()?;
+        let guard = tailor_node::idle::IdleStatesOff::hold().map_err(|e| e.to_string())?;
         eprintln!("CPU idle states off while the demo runs ({} held at 0)", guard.path().display());
         Some(guard)
     } else {

@@ -328,5 +328,5 @@ fn run_calibrate(a: CalibrateArgs) -> Result<(), String> {
 }
 
 fn parse_scheme(s: &str) -> Result<Scheme, String> {
-    Scheme::parse(s)
+    Scheme::parse(s).map_err(|e| e.to_string())
 }

@@ -17,5 +17,5 @@ pub fn self_command() -> Result<AgentCommand, String> {
 }
 
 pub fn main(args: NodeArgs) -> Result<(), String> {
-    cli::run(args.command, self_command()?)
+    cli::run(args.command, self_command()?).map_err(|e| e.to_string())
 }

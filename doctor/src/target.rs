@@ -178,4 +178,21 @@ mod tests {
         let (node, _) = crate::checks::pressure::read(&healthy(), None).unwrap();
         assert_eq!(node.some_avg10, 0.10);
     }
+
+    #[test]
+    fn a_kernel_without_psi_names_every_file_tried() {
+        // A scratch root: a cgroup2 mount without the service's cgroup, and a node file
+        // without the `some` line.
+        let dir = std::env::temp_dir().join(format!("tailor-doctor-no-psi-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("sys/fs/cgroup")).unwrap();
+        std::fs::create_dir_all(dir.join("proc/pressure")).unwrap();
+        std::fs::write(dir.join("sys/fs/cgroup/cgroup.procs"), "1\n").unwrap();
+        std::fs::write(dir.join("proc/pressure/cpu"), "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n").unwrap();
+        let e = crate::checks::pressure::read(&SysRoot::at(dir.clone()), Some("/system.slice/x.service")).unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let crate::checks::pressure::PressureError::NotExposed { tried } = &e;
+        assert_eq!(tried, &["/sys/fs/cgroup/system.slice/x.service/cpu.pressure", "/proc/pressure/cpu"]);
+        assert!(e.to_string().starts_with("PSI not exposed (kernel without CONFIG_PSI or psi=0)"), "{e}");
+    }
 }

@@ -16,7 +16,8 @@ pub mod service;
 pub mod timer;
 
 pub use handler::{
-    AdmissionConfig, Handler, HandlerConfig, Overhead, QueryError, QueryOutcome, QuerySpec, Queuing, Scheme, TaskTrace,
+    AdmissionConfig, Handler, HandlerConfig, HandlerConfigError, Overhead, QueryError, QueryOutcome, QuerySpec,
+    Queuing, Scheme, TaskError, TaskTrace,
 };
 pub use server::{TaskServer, TaskServerConfig};
 pub use timer::PreciseTimer;
@@ -26,6 +27,9 @@ pub use timer::PreciseTimer;
 pub enum Error {
     #[error("configuration: {0}")]
     Config(String),
+    /// The handler's configuration is invalid; the variant names the field.
+    #[error("configuration: {0}")]
+    Handler(#[from] HandlerConfigError),
     #[error("I/O: {0}")]
     Io(String),
 }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -35,6 +35,20 @@ pub const SLO_MS: &str = "tailor-slo-ms";
 pub const SEED: &str = "tailor-seed";
 pub const LATENCY_NS: &str = "tailor-latency-ns";
 pub const REJECTED: &str = "tailor-rejected";
+
+/// A query's header that cannot be read (answered with 400 and this message).
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum QueryHeaderError {
+    /// `tailor-class` and `tailor-fanout` are decimal numbers.
+    #[error("header {name}: {value:?} is not a number")]
+    NotANumber { name: &'static str, value: HeaderValue },
+    /// `tailor-slo-ms` is a positive, finite number of milliseconds.
+    #[error("header {SLO_MS}: {slo_ms} must be a positive number of milliseconds")]
+    BadSlo { slo_ms: f64 },
+    /// `tailor-seed` is a decimal u64.
+    #[error("header {SEED}: {value:?} is not an unsigned 64-bit integer; send a decimal seed or omit the header")]
+    BadSeed { value: HeaderValue },
+}
 
 /// Serves `handler` on `bind` until the returned task is aborted.
 pub async fn serve(
@@ -73,14 +87,14 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     r
 }
 
-fn header<T: std::str::FromStr>(req: &Request<Incoming>, name: &str, default: T) -> Result<T, String> {
-    match req.headers().get(name) {
+fn header<T: std::str::FromStr>(headers: &HeaderMap, name: &'static str, default: T) -> Result<T, QueryHeaderError> {
+    match headers.get(name) {
         None => Ok(default),
         Some(v) => v
             .to_str()
             .ok()
             .and_then(|s| s.trim().parse().ok())
-            .ok_or_else(|| format!("header {name}: {:?} is not a number", v)),
+            .ok_or_else(|| QueryHeaderError::NotANumber { name, value: v.clone() }),
     }
 }
 
@@ -177,30 +191,31 @@ async fn handle(
     if req.method() != http::Method::POST || req.uri().path() != "/query" {
         return Ok(text(StatusCode::NOT_FOUND, "query handler: POST /query, or GET /metrics\n".into()));
     }
-    let parsed = (|| -> Result<QuerySpec, String> {
-        let class: u8 = header(&req, CLASS, 0)?;
-        let fanout: u32 = header(&req, FANOUT, 1)?;
-        let slo_ms: f64 = header(&req, SLO_MS, f64::NAN)?;
+    let parsed = (|| -> Result<QuerySpec, QueryHeaderError> {
+        let class: u8 = header(req.headers(), CLASS, 0)?;
+        let fanout: u32 = header(req.headers(), FANOUT, 1)?;
+        let slo_ms: f64 = header(req.headers(), SLO_MS, f64::NAN)?;
         let slo_ns = if slo_ms.is_nan() {
             None
         } else if slo_ms > 0.0 && slo_ms.is_finite() {
             Some(from_millis_f64(slo_ms))
         } else {
-            return Err(format!("header {SLO_MS}: {slo_ms} must be a positive number of milliseconds"));
+            return Err(QueryHeaderError::BadSlo { slo_ms });
         };
         let seed = match req.headers().get(SEED) {
             None => None,
-            Some(v) => Some(v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()).ok_or_else(|| {
-                format!(
-                    "header {SEED}: {v:?} is not an unsigned 64-bit integer; send a decimal seed or omit the header"
-                )
-            })?),
+            Some(v) => Some(
+                v.to_str()
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .ok_or_else(|| QueryHeaderError::BadSeed { value: v.clone() })?,
+            ),
         };
         Ok(QuerySpec { class, fanout, slo_ns, seed })
     })();
     let q = match parsed {
         Ok(q) => q,
-        Err(e) => return Ok(text(StatusCode::BAD_REQUEST, e + "\n")),
+        Err(e) => return Ok(text(StatusCode::BAD_REQUEST, format!("{e}\n"))),
     };
     match h.query(q).await {
         Ok(out) => {

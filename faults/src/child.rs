@@ -49,7 +49,7 @@ pub fn agent(args: &Args) -> Result<(), String> {
     let cpus = available_cpus();
     let enforce = match args.get("enforce", "priority".to_string())?.as_str() {
         "band" => Enforce::Band,
-        _ => Enforce::priority_us(args.get("bucket-us", 1000.0)?)?,
+        _ => Enforce::priority_us(args.get("bucket-us", 1000.0)?).map_err(|e| e.to_string())?,
     };
     let cfg = AgentConfig {
         table: args.table()?,

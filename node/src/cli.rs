@@ -5,7 +5,21 @@ use std::path::PathBuf;
 use clap::Subcommand;
 
 use crate::runner::{self, AgentCommand};
-use crate::{Capabilities, NodeConfig};
+use crate::{Capabilities, NodeConfig, NodeError};
+
+/// Why a node command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The agent, its config or its journal failed; the message names the file and the fix.
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    /// `node plan --demand-cpus` must be a positive number of CPUs.
+    #[error("--demand-cpus {0}: give the critical tier's peak CPU demand, e.g. 1.5")]
+    BadDemand(f64),
+    /// The config `node plan` sized does not load on this node: a bug in the sizing rules.
+    #[error("internal: the sized config does not load on this node: {0}")]
+    SizedConfigRejected(#[source] NodeError),
+}
 
 #[derive(Subcommand)]
 pub enum NodeCommand {
@@ -54,13 +68,12 @@ pub enum NodeCommand {
 
 /// Runs one node command. `this` is how the current binary restarts itself as the node
 /// agent (the supervisor's child): e.g. `tailor` with prefix `["node"]`.
-pub fn run(command: NodeCommand, this: AgentCommand) -> Result<(), String> {
-    let load = |p: &PathBuf| NodeConfig::load(p).map_err(|e| e.to_string());
+pub fn run(command: NodeCommand, this: AgentCommand) -> Result<(), CliError> {
     match command {
-        NodeCommand::Run { config, heartbeat } => runner::run(&config, heartbeat).map_err(|e| e.to_string()),
-        NodeCommand::Supervise { config } => runner::supervise(&config, this).map_err(|e| e.to_string()),
+        NodeCommand::Run { config, heartbeat } => Ok(runner::run(&config, heartbeat)?),
+        NodeCommand::Supervise { config } => Ok(runner::supervise(&config, this)?),
         NodeCommand::SafeMode { config, off } => {
-            println!("{}", runner::safe_mode(&load(&config)?, off).map_err(|e| e.to_string())?);
+            println!("{}", runner::safe_mode(&NodeConfig::load(&config)?, off)?);
             Ok(())
         }
         NodeCommand::Probe => {
@@ -81,9 +94,9 @@ const PODS_CRITICAL_SELECT: &str = "[tier.pods]\n\
 tier_label = \"critical\"\nqos = [\"guaranteed\"]\n";
 
 /// `node plan`: the header of the example config, then tiers sized to this node.
-fn plan(demand_cpus: f64, pods: bool) -> Result<(), String> {
+fn plan(demand_cpus: f64, pods: bool) -> Result<(), CliError> {
     if !(demand_cpus.is_finite() && demand_cpus > 0.0) {
-        return Err(format!("--demand-cpus {demand_cpus}: give the critical tier's peak CPU demand, e.g. 1.5"));
+        return Err(CliError::BadDemand(demand_cpus));
     }
     let caps = Capabilities::probe();
     let shape = crate::sizing::NodeShape::probe(&caps);
@@ -101,7 +114,7 @@ fn plan(demand_cpus: f64, pods: bool) -> Result<(), String> {
     // What we print must be what the agent accepts on this node (it only reads here).
     NodeConfig::parse(&text, "tailor node plan")
         .and_then(|config| crate::Agent::new(config, caps))
-        .map_err(|e| format!("internal: the sized config does not load on this node: {e}"))?;
+        .map_err(CliError::SizedConfigRejected)?;
     print!("{text}");
     Ok(())
 }

@@ -394,12 +394,19 @@ impl NodeConfig {
     }
 }
 
+/// A part of a CPU list that is not a CPU number (0–4095) or an ascending range of them.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{part:?} is not a CPU number or range like \"0-3\"")]
+pub struct CpuListError {
+    pub part: String,
+}
+
 /// Parses the kernel's CPU list syntax ("0-2,5").
-pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, String> {
+pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, CpuListError> {
     let mut cpus = Vec::new();
     for part in text.trim().split(',').filter(|p| !p.trim().is_empty()) {
         let part = part.trim();
-        let bad = || format!("{part:?} is not a CPU number or range like \"0-3\"");
+        let bad = || CpuListError { part: part.to_string() };
         if let Some((a, b)) = part.split_once('-') {
             let (a, b): (usize, usize) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
             if a > b || b > 4095 {
@@ -468,8 +475,9 @@ mod tests {
     fn cpu_lists() {
         assert_eq!(parse_cpu_list("0-2,5").unwrap(), vec![0, 1, 2, 5]);
         assert_eq!(parse_cpu_list("1\n").unwrap(), vec![1]);
-        assert!(parse_cpu_list("3-1").is_err());
-        assert!(parse_cpu_list("a").is_err());
+        assert_eq!(parse_cpu_list("3-1"), Err(CpuListError { part: "3-1".into() }));
+        assert_eq!(parse_cpu_list("0, a"), Err(CpuListError { part: "a".into() }));
+        assert_eq!(parse_cpu_list("0-5000"), Err(CpuListError { part: "0-5000".into() }));
     }
 
     #[test]

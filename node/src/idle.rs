@@ -21,6 +21,35 @@ use std::path::{Path, PathBuf};
 /// The PM QoS device the guard holds.
 pub const CPU_DMA_LATENCY: &str = "/dev/cpu_dma_latency";
 
+/// Why the PM QoS request cannot be made or read; every variant names the device.
+#[derive(Debug, thiserror::Error)]
+pub enum IdleError {
+    /// The device cannot be opened for writing (not root, or no such device).
+    #[error(
+        "{}: {source} (root is needed to hold CPU idle states off; drop --idle-states off to run without)",
+        .path.display()
+    )]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The device refused the request.
+    #[error("{}: cannot write the request: {source}", .path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The current target cannot be read.
+    #[error("{}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Keeps CPU idle states at zero exit latency until dropped.
 #[derive(Debug)]
 pub struct IdleStatesOff {
@@ -31,19 +60,17 @@ pub struct IdleStatesOff {
 
 impl IdleStatesOff {
     /// Asks the kernel for zero idle exit latency on every CPU.
-    pub fn hold() -> Result<IdleStatesOff, String> {
+    pub fn hold() -> Result<IdleStatesOff, IdleError> {
         IdleStatesOff::hold_at(Path::new(CPU_DMA_LATENCY))
     }
 
-    fn hold_at(path: &Path) -> Result<IdleStatesOff, String> {
-        let mut f = OpenOptions::new().write(true).open(path).map_err(|e| {
-            format!(
-                "{}: {e} (root is needed to hold CPU idle states off; drop --idle-states off to run without)",
-                path.display()
-            )
-        })?;
+    fn hold_at(path: &Path) -> Result<IdleStatesOff, IdleError> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|source| IdleError::Open { path: path.to_path_buf(), source })?;
         // The device takes a binary s32 (µs); 0 = poll, never enter a deeper idle state.
-        f.write_all(&0i32.to_ne_bytes()).map_err(|e| format!("{}: cannot write the request: {e}", path.display()))?;
+        f.write_all(&0i32.to_ne_bytes()).map_err(|source| IdleError::Write { path: path.to_path_buf(), source })?;
         Ok(IdleStatesOff { _request: f, path: path.to_path_buf() })
     }
 
@@ -53,10 +80,11 @@ impl IdleStatesOff {
 }
 
 /// The latency target the kernel enforces now, µs (`i32::MAX`-ish = no request held).
-pub fn current_target_us() -> Result<i32, String> {
-    let mut f = File::open(CPU_DMA_LATENCY).map_err(|e| format!("{CPU_DMA_LATENCY}: {e}"))?;
+pub fn current_target_us() -> Result<i32, IdleError> {
+    let read = |source| IdleError::Read { path: PathBuf::from(CPU_DMA_LATENCY), source };
+    let mut f = File::open(CPU_DMA_LATENCY).map_err(read)?;
     let mut b = [0u8; 4];
-    f.read_exact(&mut b).map_err(|e| format!("{CPU_DMA_LATENCY}: {e}"))?;
+    f.read_exact(&mut b).map_err(read)?;
     Ok(i32::from_ne_bytes(b))
 }
 
@@ -86,6 +114,12 @@ mod tests {
     #[test]
     fn a_missing_device_names_the_file_and_the_fix() {
         let e = IdleStatesOff::hold_at(Path::new("/nonexistent/cpu_dma_latency")).unwrap_err();
+        assert!(
+            matches!(&e, IdleError::Open { path, source }
+                if path == Path::new("/nonexistent/cpu_dma_latency") && source.kind() == std::io::ErrorKind::NotFound),
+            "{e:?}"
+        );
+        let e = e.to_string();
         assert!(e.contains("/nonexistent/cpu_dma_latency") && e.contains("--idle-states"), "{e}");
     }
 }

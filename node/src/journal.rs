@@ -200,14 +200,32 @@ fn encode_line(entry: &Entry) -> String {
     format!("{json}\t{sum:016x}\n")
 }
 
+/// Why one journal line cannot be read (the caller adds the file and line number).
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// Every line ends in a tab and its check value; this one has none.
+    #[error("no check value (a line cut short or overwritten)")]
+    NoCheckValue,
+    /// The check value is 16 hex digits.
+    #[error("check value {sum:?} is not hex")]
+    CheckValueNotHex { sum: String },
+    /// The JSON does not hash to the check value.
+    #[error("check value does not match (the line was damaged)")]
+    CheckValueMismatch,
+    /// The line is intact but is not an entry this version writes.
+    #[error("not a journal entry: {0}")]
+    NotAnEntry(#[source] serde_json::Error),
+}
+
 /// Parses one line (without its newline); the error says what is wrong with it.
-pub(crate) fn parse_line(line: &str) -> Result<Entry, String> {
-    let (json, sum) = line.rsplit_once('\t').ok_or("no check value (a line cut short or overwritten)")?;
-    let want = u64::from_str_radix(sum.trim(), 16).map_err(|_| format!("check value {sum:?} is not hex"))?;
+pub(crate) fn parse_line(line: &str) -> Result<Entry, JournalError> {
+    let (json, sum) = line.rsplit_once('\t').ok_or(JournalError::NoCheckValue)?;
+    let want =
+        u64::from_str_radix(sum.trim(), 16).map_err(|_| JournalError::CheckValueNotHex { sum: sum.to_string() })?;
     if fnv1a(json.as_bytes()) != want {
-        return Err("check value does not match (the line was damaged)".into());
+        return Err(JournalError::CheckValueMismatch);
     }
-    serde_json::from_str(json).map_err(|e| format!("not a journal entry: {e}"))
+    serde_json::from_str(json).map_err(JournalError::NotAnEntry)
 }
 
 /// What a journal file holds.
@@ -588,6 +606,31 @@ mod tests {
         assert_eq!(report.files_restored, 1, "{report:?}");
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "250", "not the value undone before it");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_corrupt_line_says_what_is_wrong_with_it() {
+        let line =
+            encode_line(&Entry::WroteFile { path: "/sys/fs/cgroup/x/cpu.weight".into(), original: "100".into() });
+        let line = line.trim_end();
+        assert!(parse_line(line).is_ok());
+        let (json, _) = line.rsplit_once('\t').unwrap();
+        assert!(matches!(parse_line(json), Err(JournalError::NoCheckValue)));
+        assert!(matches!(
+            parse_line(&format!("{json}\tnot-hex")),
+            Err(JournalError::CheckValueNotHex { sum }) if sum == "not-hex"
+        ));
+        let damaged = line.replace("100", "900");
+        assert!(matches!(parse_line(&damaged), Err(JournalError::CheckValueMismatch)), "{damaged}");
+        let foreign = "{\"op\":\"rebooted\"}";
+        let foreign = format!("{foreign}\t{:016x}", fnv1a(foreign.as_bytes()));
+        match parse_line(&foreign) {
+            Err(e @ JournalError::NotAnEntry(_)) => {
+                assert!(e.to_string().starts_with("not a journal entry: "), "{e}");
+                assert!(std::error::Error::source(&e).is_some(), "the JSON error is kept as the cause");
+            }
+            other => panic!("expected JournalError::NotAnEntry, got {other:?}"),
+        }
     }
 
     #[test]

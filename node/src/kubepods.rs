@@ -104,21 +104,35 @@ impl PodSelector {
 /// Whether `value` can be a Kubernetes label value that names a tier: 1 to 63 characters,
 /// letters, digits, `-`, `_` or `.`, beginning and ending with a letter or digit. (The API
 /// allows an empty value too, but an empty `TAILOR_TIER` names no tier.)
-pub fn check_label_value(value: &str) -> Result<(), String> {
+pub fn check_label_value(value: &str) -> Result<(), LabelValueError> {
     let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
     if value.is_empty() {
-        return Err("is empty".into());
+        return Err(LabelValueError::Empty);
     }
     if value.len() > 63 {
-        return Err(format!("is {} characters; a label value has at most 63", value.len()));
+        return Err(LabelValueError::TooLong { len: value.len() });
     }
     if !value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
-        return Err("may hold only letters, digits, '-', '_' and '.' (a Kubernetes label value)".into());
+        return Err(LabelValueError::BadCharacter);
     }
     if !alnum(value.chars().next()) || !alnum(value.chars().last()) {
-        return Err("must begin and end with a letter or digit (a Kubernetes label value)".into());
+        return Err(LabelValueError::BadEnds);
     }
     Ok(())
+}
+
+/// Why a string cannot be a Kubernetes label value naming a tier (the caller names the
+/// field; each message reads after it).
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LabelValueError {
+    #[error("is empty")]
+    Empty,
+    #[error("is {len} characters; a label value has at most 63")]
+    TooLong { len: usize },
+    #[error("may hold only letters, digits, '-', '_' and '.' (a Kubernetes label value)")]
+    BadCharacter,
+    #[error("must begin and end with a letter or digit (a Kubernetes label value)")]
+    BadEnds,
 }
 
 /// Whether `text` matches `pattern`, where `*` matches any run of characters (also `/`).
@@ -276,10 +290,14 @@ mod tests {
     #[test]
     fn label_values() {
         assert!(check_label_value("critical").is_ok() && check_label_value("a.b_c-9").is_ok());
-        assert!(check_label_value("").unwrap_err().contains("empty"));
-        assert!(check_label_value("a b").is_err() && check_label_value("a/b").is_err());
-        assert!(check_label_value("-a").is_err() && check_label_value("a.").is_err());
-        assert!(check_label_value(&"x".repeat(64)).unwrap_err().contains("63"));
+        assert_eq!(check_label_value(""), Err(LabelValueError::Empty));
+        assert!(check_label_value("").unwrap_err().to_string().contains("empty"));
+        assert_eq!(check_label_value("a b"), Err(LabelValueError::BadCharacter));
+        assert_eq!(check_label_value("a/b"), Err(LabelValueError::BadCharacter));
+        assert_eq!(check_label_value("-a"), Err(LabelValueError::BadEnds));
+        assert_eq!(check_label_value("a."), Err(LabelValueError::BadEnds));
+        assert_eq!(check_label_value(&"x".repeat(64)), Err(LabelValueError::TooLong { len: 64 }));
+        assert!(check_label_value(&"x".repeat(64)).unwrap_err().to_string().contains("63"));
     }
 
     #[test]

@@ -56,6 +56,13 @@ pub enum RuntimeError {
     /// The job's work panicked.
     #[error("the job panicked")]
     Panicked,
+    /// The kernel's RT settings cannot be read or would let SCHED_FIFO starve the node;
+    /// the message names the `/proc` file and the fix.
+    #[error(transparent)]
+    Sys(#[from] kernel::SysError),
+    /// The policy cannot be enforced the way the agent was asked to; the message names the fix.
+    #[error(transparent)]
+    Enforce(#[from] kernel::EnforceError),
     /// A system call failed.
     #[error("{what}: {source}")]
     Io {

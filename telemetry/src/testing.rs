@@ -116,17 +116,38 @@ pub struct Scrape {
     pub promtool: Promtool,
 }
 
+/// Why a scrape of `/metrics` is not one an operator's Prometheus would accept.
+#[derive(Debug, thiserror::Error)]
+pub enum ScrapeError {
+    /// No HTTP answer (nothing listens, or the connection broke).
+    #[error("GET /metrics on {addr}: {source}")]
+    Get {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    /// An answer other than 200.
+    #[error("GET /metrics on {addr}: status {status} ({body})")]
+    Status { addr: SocketAddr, status: u16, body: String },
+    /// Not the text exposition format Prometheus asked for.
+    #[error("GET /metrics on {addr}: content type {content_type:?}, expected {TEXT_CONTENT_TYPE:?}")]
+    ContentType { addr: SocketAddr, content_type: Option<String> },
+    /// promtool is installed but could not be run.
+    #[error("running promtool: {0}")]
+    Promtool(#[source] io::Error),
+}
+
 /// Scrapes `http://addr/metrics` as `curl` would (text format), requires 200
 /// and the text content type, and runs promtool on the body.
-pub fn scrape_metrics(addr: SocketAddr) -> Result<Scrape, String> {
-    let resp = http_get(addr, "/metrics", None).map_err(|e| format!("GET /metrics on {addr}: {e}"))?;
+pub fn scrape_metrics(addr: SocketAddr) -> Result<Scrape, ScrapeError> {
+    let resp = http_get(addr, "/metrics", None).map_err(|source| ScrapeError::Get { addr, source })?;
     if resp.status != 200 {
-        return Err(format!("GET /metrics on {addr}: status {} ({})", resp.status, resp.body));
+        return Err(ScrapeError::Status { addr, status: resp.status, body: resp.body });
     }
     if resp.content_type.as_deref() != Some(TEXT_CONTENT_TYPE) {
-        return Err(format!("GET /metrics on {addr}: content type {:?}", resp.content_type));
+        return Err(ScrapeError::ContentType { addr, content_type: resp.content_type });
     }
-    let promtool = promtool_check_metrics(&resp.body).map_err(|e| format!("running promtool: {e}"))?;
+    let promtool = promtool_check_metrics(&resp.body).map_err(ScrapeError::Promtool)?;
     Ok(Scrape { body: resp.body, promtool })
 }
 
@@ -139,6 +160,32 @@ pub fn sample_value(text: &str, series: &str) -> Option<f64> {
         let value = rest.strip_prefix(' ')?;
         value.split(' ').next()?.parse().ok()
     })
+}
+
+/// Why a PromQL query against the test Prometheus found nothing; every variant quotes it.
+#[derive(Debug, thiserror::Error)]
+pub enum PromQueryError {
+    /// Prometheus did not answer.
+    #[error("query {promql}: {source}")]
+    Get {
+        promql: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The answer is not the API's JSON.
+    #[error("query {promql}: {source}: {body}")]
+    NotJson {
+        promql: String,
+        body: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The API reported an error (a PromQL syntax error, say).
+    #[error("query {promql}: {body}")]
+    Failed { promql: String, body: String },
+    /// No series before the timeout; `targets` is Prometheus' view of its scrape targets.
+    #[error("query {promql}: no series after {timeout:?}; targets: {targets}")]
+    NoSeries { promql: String, timeout: Duration, targets: String },
 }
 
 static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
@@ -218,22 +265,30 @@ impl PrometheusServer {
 
     /// Runs an instant PromQL query until it returns at least one series (the
     /// targets are scraped every second), and returns the series.
-    pub fn query_until_present(&self, promql: &str, timeout: Duration) -> Result<Vec<serde_json::Value>, String> {
+    pub fn query_until_present(
+        &self,
+        promql: &str,
+        timeout: Duration,
+    ) -> Result<Vec<serde_json::Value>, PromQueryError> {
         let path = format!("/api/v1/query?query={}", percent_encode(promql));
         let start = Instant::now();
+        let promql = || promql.to_string();
         loop {
-            let resp = http_get(self.addr, &path, None).map_err(|e| format!("query {promql}: {e}"))?;
-            let answer: serde_json::Value =
-                serde_json::from_str(&resp.body).map_err(|e| format!("query {promql}: {e}: {}", resp.body))?;
+            let resp =
+                http_get(self.addr, &path, None).map_err(|source| PromQueryError::Get { promql: promql(), source })?;
+            let answer: serde_json::Value = match serde_json::from_str(&resp.body) {
+                Ok(answer) => answer,
+                Err(source) => return Err(PromQueryError::NotJson { promql: promql(), body: resp.body, source }),
+            };
             if answer["status"] != "success" {
-                return Err(format!("query {promql}: {}", resp.body));
+                return Err(PromQueryError::Failed { promql: promql(), body: resp.body });
             }
             if let Some(series) = answer["data"]["result"].as_array().filter(|r| !r.is_empty()) {
                 return Ok(series.clone());
             }
             if start.elapsed() > timeout {
                 let targets = http_get(self.addr, "/api/v1/targets", None).map(|r| r.body).unwrap_or_default();
-                return Err(format!("query {promql}: no series after {timeout:?}; targets: {targets}"));
+                return Err(PromQueryError::NoSeries { promql: promql(), timeout, targets });
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -278,6 +333,45 @@ mod tests {
         assert_eq!(sample_value(text, "a_total"), Some(3.0));
         assert_eq!(sample_value(text, "b{tier=\"lc\"}"), Some(2.5));
         assert_eq!(sample_value(text, "a"), None);
+    }
+
+    /// Answers one connection on loopback with `response`, from a thread of its own.
+    fn answer_once(response: &'static str) -> (SocketAddr, std::thread::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut request = [0u8; 1024];
+            let _ = conn.read(&mut request);
+            conn.write_all(response.as_bytes()).unwrap();
+        });
+        (addr, server)
+    }
+
+    #[test]
+    fn a_bad_scrape_says_which_check_failed() {
+        // A port nothing listens on: bound and dropped.
+        let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        match scrape_metrics(closed) {
+            Err(ScrapeError::Get { addr, source }) => {
+                assert_eq!(addr, closed);
+                assert_eq!(source.kind(), io::ErrorKind::ConnectionRefused);
+            }
+            other => panic!("expected ScrapeError::Get, got {other:?}"),
+        }
+        let (addr, server) = answer_once("HTTP/1.1 404 Not Found\r\ncontent-length: 4\r\n\r\nnope");
+        let e = scrape_metrics(addr).unwrap_err();
+        server.join().unwrap();
+        assert!(matches!(&e, ScrapeError::Status { status: 404, body, .. } if body == "nope"), "{e:?}");
+        let (addr, server) =
+            answer_once("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}");
+        let e = scrape_metrics(addr).unwrap_err();
+        server.join().unwrap();
+        assert!(
+            matches!(&e, ScrapeError::ContentType { content_type: Some(t), .. } if t == "application/json"),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains(TEXT_CONTENT_TYPE), "the message names the expected type: {e}");
     }
 
     #[test]

@@ -100,7 +100,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                 }
             }
         }
-        Err(why) => evidence.push(why),
+        Err(why) => evidence.push(why.to_string()),
     }
     if ctx.target.is_node() && idle_cpu >= OTHER_WORK_SHARE {
         evidence.push(format!(

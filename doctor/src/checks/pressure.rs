@@ -19,8 +19,19 @@ pub fn parse(text: &str) -> Option<CpuPressure> {
     Some(CpuPressure { some_avg10: value("avg10=")?, some_avg60: value("avg60=")? })
 }
 
+/// Why no CPU pressure could be read.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PressureError {
+    /// None of the files holds a `some avg10=… avg60=…` line (or none exists).
+    #[error("PSI not exposed (kernel without CONFIG_PSI or psi=0); read {}", .tried.join(", "))]
+    NotExposed {
+        /// The files tried, as absolute paths, in order.
+        tried: Vec<String>,
+    },
+}
+
 /// The cgroup's pressure when it has one, else the node's; with where it was read.
-pub fn read(root: &SysRoot, cgroup: Option<&str>) -> Result<(CpuPressure, String), String> {
+pub fn read(root: &SysRoot, cgroup: Option<&str>) -> Result<(CpuPressure, String), PressureError> {
     let mut candidates = Vec::new();
     if let (Some(cg), Some(mount)) = (cgroup, cgroup2_mount(root)) {
         let cg = cg.trim_matches('/');
@@ -37,5 +48,5 @@ pub fn read(root: &SysRoot, cgroup: Option<&str>) -> Result<(CpuPressure, String
             }
         }
     }
-    Err("PSI not exposed (kernel without CONFIG_PSI or psi=0)".into())
+    Err(PressureError::NotExposed { tried: candidates.iter().map(|f| format!("/{f}")).collect() })
 }

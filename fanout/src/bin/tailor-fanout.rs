@@ -99,7 +99,7 @@ struct HandlerArgs {
     #[arg(long, value_delimiter = ',', required = true)]
     servers: Vec<SocketAddr>,
     /// tf-edfq, t-edfq, priq or fifo.
-    #[arg(long, value_parser = parse_scheme, default_value = "tf-edfq")]
+    #[arg(long, value_parser = Scheme::parse, default_value = "tf-edfq")]
     scheme: Scheme,
     /// Where tasks wait: at the servers, or in one central queue at the handler.
     #[arg(long, value_enum, default_value_t = QueuingArg::AtServers)]
@@ -144,16 +144,20 @@ struct HandlerArgs {
     query_timeout_slos: f64,
 }
 
-fn parse_scheme(s: &str) -> Result<Scheme, String> {
-    Scheme::parse(s)
-}
+/// A flag that takes a positive number got something else.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a positive number")]
+struct NotPositive(String);
 
-fn parse_positive(s: &str) -> Result<f64, String> {
+fn parse_positive(s: &str) -> Result<f64, NotPositive> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a positive number")),
+        _ => Err(NotPositive(s.to_string())),
     }
 }
+
+/// Whatever stopped a command; `main` prints it and exits 2.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn main() {
     let cli = Cli::parse();
@@ -173,7 +177,7 @@ fn main() {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .on_thread_start(|| {
@@ -181,7 +185,6 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         })
         .enable_all()
         .build()
-        .map_err(|e| e.to_string())
 }
 
 /// Serves until stdin closes (the parent died or closed it) — the process never outlives its test.
@@ -194,7 +197,7 @@ fn wait_for_stdin_close() {
     }
 }
 
-fn servers(a: &ServersArgs) -> Result<(), String> {
+fn servers(a: &ServersArgs) -> Result<(), BoxError> {
     let (count, fixed_ms, max_queue) = (a.count, a.service_fixed_ms, a.max_queue);
     let policy = match a.policy {
         ServerPolicy::Edf => PolicySpec::Edf,
@@ -203,7 +206,7 @@ fn servers(a: &ServersArgs) -> Result<(), String> {
     };
     let rt = runtime()?;
     rt.block_on(async {
-        let timer = Arc::new(PreciseTimer::start().map_err(|e| e.to_string())?);
+        let timer = Arc::new(PreciseTimer::start()?);
         let mut held = Vec::new();
         for i in 0..count {
             let cfg = TaskServerConfig {
@@ -213,19 +216,17 @@ fn servers(a: &ServersArgs) -> Result<(), String> {
                 max_queue,
                 seed: i as u64,
             };
-            let s = TaskServer::spawn(cfg, timer.clone(), "127.0.0.1:0".parse().expect("loopback"))
-                .await
-                .map_err(|e| e.to_string())?;
+            let s = TaskServer::spawn(cfg, timer.clone(), "127.0.0.1:0".parse().expect("loopback")).await?;
             println!("listening {}", s.addr);
             held.push(s);
         }
         println!("ready");
-        tokio::task::spawn_blocking(wait_for_stdin_close).await.map_err(|e| e.to_string())?;
+        tokio::task::spawn_blocking(wait_for_stdin_close).await?;
         Ok(())
     })
 }
 
-fn handler(a: &HandlerArgs) -> Result<(), String> {
+fn handler(a: &HandlerArgs) -> Result<(), BoxError> {
     let servers = a.servers.clone();
     let scheme = a.scheme;
     let queuing = match a.queuing {
@@ -271,13 +272,12 @@ fn handler(a: &HandlerArgs) -> Result<(), String> {
     };
     let rt = runtime()?;
     rt.block_on(async {
-        let h = Handler::new(cfg).map_err(|e| e.to_string())?;
+        let h = Handler::new(cfg)?;
         let _refresher = h.spawn_refresher();
-        let (addr, _task) =
-            service::serve(h, "127.0.0.1:0".parse().expect("loopback")).await.map_err(|e| e.to_string())?;
+        let (addr, _task) = service::serve(h, "127.0.0.1:0".parse().expect("loopback")).await?;
         println!("listening {addr}");
         println!("ready");
-        tokio::task::spawn_blocking(wait_for_stdin_close).await.map_err(|e| e.to_string())?;
+        tokio::task::spawn_blocking(wait_for_stdin_close).await?;
         Ok(())
     })
 }

@@ -37,15 +37,45 @@ impl Scheme {
         }
     }
 
-    pub fn parse(s: &str) -> Result<Scheme, String> {
+    pub fn parse(s: &str) -> Result<Scheme, HandlerConfigError> {
         match s.to_ascii_lowercase().as_str() {
             "tf-edfq" | "tailguard" => Ok(Scheme::TfEdfq),
             "t-edfq" => Ok(Scheme::TEdfq),
             "priq" => Ok(Scheme::Priq),
             "fifo" => Ok(Scheme::Fifo),
-            other => Err(format!("scheme `{other}`: expected tf-edfq, t-edfq, priq or fifo")),
+            _ => Err(HandlerConfigError::UnknownScheme { name: s.to_string() }),
         }
     }
+}
+
+/// Why a handler cannot be built from its configuration; every variant names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerConfigError {
+    /// The scheme names one of [`Scheme::ALL`].
+    #[error("scheme `{name}`: expected tf-edfq, t-edfq, priq or fifo")]
+    UnknownScheme { name: String },
+    /// A handler fans out to at least one task server.
+    #[error("the handler needs at least one task server")]
+    NoServers,
+    /// A per-server list (`server_weights`, `offline_per_server`, `class_server_weights[c]`)
+    /// has one entry per task server, or none.
+    #[error("{field} has {entries} entries for {servers} servers")]
+    PerServerCount { field: String, entries: usize, servers: usize },
+    /// `class_server_weights` has one placement per class, or none.
+    #[error("class_server_weights has {entries} entries for {classes} classes")]
+    PerClassCount { entries: usize, classes: usize },
+    /// Placement weights are relative shares: positive and finite.
+    #[error("{field}: {weight} is not a positive weight")]
+    BadWeight { field: String, weight: f64 },
+    /// The classes' SLOs cannot be planned (TailGuard's planner).
+    #[error(transparent)]
+    Planner(#[from] PlannerError),
+    /// Admission control's R_th or window is out of range.
+    #[error("admission: {0}")]
+    Admission(#[source] AdmissionError),
+    /// The scheme's queue policy cannot be built for a central queue.
+    #[error(transparent)]
+    QueuePolicy(#[from] PolicyError),
 }
 
 /// Where tasks wait (TailGuard Fig. 2 allows both).

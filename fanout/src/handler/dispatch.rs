@@ -226,7 +226,7 @@ impl Handler {
                 Some(Ok((_, Err(e)))) => return Err(e),
                 Some(Err(e)) => {
                     let server = servers.iter().zip(&answered).find(|(_, a)| !**a).map_or(0, |(s, _)| *s);
-                    return Err(QueryError::Task { server: self.cfg.servers[server], message: e.to_string() });
+                    return Err(QueryError::Task { server: self.cfg.servers[server], error: TaskError::Join(e) });
                 }
             }
         }
@@ -343,7 +343,7 @@ impl Handler {
             Ok(v) => v,
             Err(e) => {
                 self.stats.task_errors.fetch_add(1, Ordering::Relaxed);
-                return Err(QueryError::Task { server: self.cfg.servers[s], message: e });
+                return Err(QueryError::Task { server: self.cfg.servers[s], error: e });
             }
         };
         let (queue_ns, missed_at_server) = (reply.queue_ns, reply.missed);
@@ -413,24 +413,25 @@ impl Handler {
         s: usize,
         header: &wire::Encoded,
         work_seed: Option<u64>,
-    ) -> Result<TaskReply, String> {
+    ) -> Result<TaskReply, TaskError> {
         let addr = self.cfg.servers[s];
         let mut req = http::Request::post(format!("http://{addr}/task")).header(wire::HEADER, header.as_str());
         if let Some(seed) = work_seed {
             req = req.header(WORK_SEED, seed);
         }
-        let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
-        let (resp, body) = self.client.request(req).await.map_err(|e| e.to_string())?.into_parts();
+        let req = req.body(Empty::<Bytes>::new()).map_err(TaskError::Request)?;
+        let (resp, body) = self.client.request(req).await.map_err(TaskError::Send)?.into_parts();
         // Read to its end (bounded): a connection goes back to the pool only once its response
         // is complete, and one whose body is dropped unread is closed, so an error answer (a
         // full queue's 503 has a body) would cost a reconnect.
         let body = Limited::new(body, MAX_TASK_BODY)
             .collect()
             .await
-            .map_err(|e| format!("HTTP {}: reading the response body: {e}", resp.status))?
+            .map_err(|source| TaskError::Body { status: resp.status, source })?
             .to_bytes();
         if !resp.status.is_success() {
-            return Err(format!("HTTP {}: {}", resp.status, String::from_utf8_lossy(&body).trim()));
+            let body = String::from_utf8_lossy(&body).trim().to_string();
+            return Err(TaskError::Status { status: resp.status, body });
         }
         let num = |name: &str| -> Nanos {
             resp.headers.get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).unwrap_or(0)

@@ -40,11 +40,11 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tailor_core::dist::Cdf;
 use tailor_core::latency::LatencyHistogram;
 use tailor_core::pick::DistinctPicker;
-use tailor_core::policy::{AnyPolicy, Job, JobId, Policy, PolicySpec};
+use tailor_core::policy::{AnyPolicy, Job, JobId, Policy, PolicyError, PolicySpec};
 use tailor_core::rng::Rng;
 use tailor_core::tailguard::{
-    queue_wait_quantile, AdmissionController, AdmissionWindow, BudgetSplit, Planner, PlannerError, SequentialPlan,
-    SharedCdf, SloClass, TailModel, WorstCaseMax,
+    queue_wait_quantile, AdmissionController, AdmissionError, AdmissionWindow, BudgetSplit, Planner, PlannerError,
+    SequentialPlan, SharedCdf, SloClass, TailModel, WorstCaseMax,
 };
 use tailor_core::time::Nanos;
 use tailor_core::{wire, Context};
@@ -149,6 +149,30 @@ impl TaskTrace {
     }
 }
 
+/// Why one task of a query got no result from its task server.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// The task's request could not be built (a header value the handler made is invalid).
+    #[error("{0}")]
+    Request(#[source] http::Error),
+    /// No response: the server could not be reached or the connection failed.
+    #[error("{0}")]
+    Send(#[source] hyper_util::client::legacy::Error),
+    /// The response body could not be read to its end (or is larger than a task's answer).
+    #[error("HTTP {status}: reading the response body: {source}")]
+    Body {
+        status: http::StatusCode,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The server answered with an error status; `body` is its explanation.
+    #[error("HTTP {status}: {body}")]
+    Status { status: http::StatusCode, body: String },
+    /// The task's own tokio task ended without a result (it panicked).
+    #[error("{0}")]
+    Join(#[source] tokio::task::JoinError),
+}
+
 /// Why a query did not run.
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
@@ -164,8 +188,12 @@ pub enum QueryError {
     NoSuchClass { class: u8, classes: usize },
     #[error("fanout {fanout}: must be between 1 and the {servers} task servers")]
     BadFanout { fanout: u32, servers: usize },
-    #[error("task server {server}: {message}")]
-    Task { server: SocketAddr, message: String },
+    #[error("task server {server}: {error}")]
+    Task {
+        server: SocketAddr,
+        #[source]
+        error: TaskError,
+    },
     #[error("no result from task server(s) {} within {waited_ms:.0} ms (the query timeout); the query ended without them", servers.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "))]
     Timeout { servers: Vec<SocketAddr>, waited_ms: f64 },
     #[error("sequential request plan: {0}")]
@@ -283,55 +311,44 @@ pub fn shared_cdf<C: Cdf + Send + Sync + 'static>(c: C) -> SharedCdf {
 impl Handler {
     /// Builds a handler; call [`Handler::spawn_refresher`] to learn CDFs online.
     pub fn new(cfg: HandlerConfig) -> Result<Arc<Handler>, crate::Error> {
-        if cfg.servers.is_empty() {
-            return Err(crate::Error::Config("the handler needs at least one task server".into()));
+        let servers = cfg.servers.len();
+        if servers == 0 {
+            return Err(HandlerConfigError::NoServers.into());
         }
-        if !cfg.server_weights.is_empty() && cfg.server_weights.len() != cfg.servers.len() {
-            return Err(crate::Error::Config(format!(
-                "server_weights has {} entries for {} servers",
-                cfg.server_weights.len(),
-                cfg.servers.len()
-            )));
-        }
-        if !cfg.offline_per_server.is_empty() && cfg.offline_per_server.len() != cfg.servers.len() {
-            return Err(crate::Error::Config(format!(
-                "offline_per_server has {} entries for {} servers",
-                cfg.offline_per_server.len(),
-                cfg.servers.len()
-            )));
-        }
-        if let Some(w) = cfg.server_weights.iter().find(|w| !(w.is_finite() && **w > 0.0)) {
-            return Err(crate::Error::Config(format!("server_weights: {w} is not a positive weight")));
-        }
+        let per_server = |field: &str, entries: usize| -> Result<(), HandlerConfigError> {
+            if entries == 0 || entries == servers {
+                Ok(())
+            } else {
+                Err(HandlerConfigError::PerServerCount { field: field.to_string(), entries, servers })
+            }
+        };
+        let positive = |field: &str, weights: &[f64]| -> Result<(), HandlerConfigError> {
+            match weights.iter().find(|w| !(w.is_finite() && **w > 0.0)) {
+                Some(&weight) => Err(HandlerConfigError::BadWeight { field: field.to_string(), weight }),
+                None => Ok(()),
+            }
+        };
+        per_server("server_weights", cfg.server_weights.len())?;
+        per_server("offline_per_server", cfg.offline_per_server.len())?;
+        positive("server_weights", &cfg.server_weights)?;
         if !cfg.class_server_weights.is_empty() && cfg.class_server_weights.len() != cfg.classes.len() {
-            return Err(crate::Error::Config(format!(
-                "class_server_weights has {} entries for {} classes",
-                cfg.class_server_weights.len(),
-                cfg.classes.len()
-            )));
+            let (entries, classes) = (cfg.class_server_weights.len(), cfg.classes.len());
+            return Err(HandlerConfigError::PerClassCount { entries, classes }.into());
         }
         for (c, w) in cfg.class_server_weights.iter().enumerate() {
-            if !w.is_empty() && w.len() != cfg.servers.len() {
-                return Err(crate::Error::Config(format!(
-                    "class_server_weights[{c}] has {} entries for {} servers",
-                    w.len(),
-                    cfg.servers.len()
-                )));
-            }
-            if let Some(x) = w.iter().find(|x| !(x.is_finite() && **x > 0.0)) {
-                return Err(crate::Error::Config(format!("class_server_weights[{c}]: {x} is not a positive weight")));
-            }
+            per_server(&format!("class_server_weights[{c}]"), w.len())?;
+            positive(&format!("class_server_weights[{c}]"), w)?;
         }
-        let n = cfg.servers.len();
+        let n = servers;
         let offline: Vec<SharedCdf> = (0..n).map(|s| cfg.offline_of(s)).collect();
         let mut planner = Planner::new(cfg.classes.clone(), TailModel::PerServer(offline.clone()))
-            .map_err(|e| crate::Error::Config(e.to_string()))?;
+            .map_err(HandlerConfigError::Planner)?;
         planner.precompute(n as u32);
         let admission = match cfg.admission {
             Some(a) => {
                 let controller = || -> Result<Mutex<AdmissionController>, crate::Error> {
-                    let c = AdmissionController::with_window(a.r_th, a.window)
-                        .map_err(|e| crate::Error::Config(format!("admission: {e}")))?;
+                    let c =
+                        AdmissionController::with_window(a.r_th, a.window).map_err(HandlerConfigError::Admission)?;
                     Ok(Mutex::new(if a.proportional { c.with_proportional() } else { c }))
                 };
                 let count = if a.per_server { n } else { 1 };
@@ -346,7 +363,7 @@ impl Handler {
                         .scheme
                         .queue_policy()
                         .build_any(1, cfg.seed ^ i as u64)
-                        .map_err(|e| crate::Error::Config(e.to_string()))?;
+                        .map_err(HandlerConfigError::QueuePolicy)?;
                     Ok(Mutex::new(CentralQueue { policy, waiting: HashMap::new(), released: None, next_id: 0 }))
                 })
                 .collect::<Result<Vec<_>, crate::Error>>()?

@@ -47,6 +47,55 @@ fn each_class_picks_its_servers_by_its_own_placement() {
     assert!(err.contains("class_server_weights[0] has 3 entries for 4 servers"), "{err}");
 }
 
+/// Each bad setting is refused with the variant that names its field.
+#[test]
+fn a_bad_handler_config_names_the_field() {
+    let good = handler(1000.0).cfg.clone();
+    let refused = |change: &dyn Fn(&mut HandlerConfig)| {
+        let mut cfg = good.clone();
+        change(&mut cfg);
+        match Handler::new(cfg) {
+            Err(crate::Error::Handler(e)) => e,
+            Err(other) => panic!("expected a HandlerConfigError, got {other:?}"),
+            Ok(_) => panic!("accepted"),
+        }
+    };
+    let e = refused(&|c| c.servers.clear());
+    assert!(matches!(e, HandlerConfigError::NoServers), "{e:?}");
+    let e = refused(&|c| c.server_weights = vec![1.0; 3]);
+    assert!(
+        matches!(&e, HandlerConfigError::PerServerCount { field, entries: 3, servers: 4 } if field == "server_weights"),
+        "{e:?}"
+    );
+    let e = refused(&|c| c.server_weights = vec![1.0, 1.0, f64::NAN, 1.0]);
+    assert!(
+        matches!(&e, HandlerConfigError::BadWeight { field, weight } if field == "server_weights" && weight.is_nan())
+    );
+    let e = refused(&|c| c.class_server_weights = vec![Vec::new(), Vec::new()]);
+    assert!(matches!(e, HandlerConfigError::PerClassCount { entries: 2, classes: 1 }), "{e:?}");
+    let e = refused(&|c| c.class_server_weights = vec![vec![1.0, 0.0, 1.0, 1.0]]);
+    assert!(
+        matches!(&e, HandlerConfigError::BadWeight { field, weight } if field == "class_server_weights[0]" && *weight == 0.0),
+        "{e:?}"
+    );
+    let e = refused(&|c| {
+        c.admission = Some(AdmissionConfig {
+            r_th: 2.0,
+            window: AdmissionWindow::Outcomes(100),
+            predict: false,
+            proportional: false,
+            per_server: false,
+            reject_late: false,
+        })
+    });
+    assert!(matches!(e, HandlerConfigError::Admission(_)), "{e:?}");
+    assert!(e.to_string().starts_with("admission: r_th = 2"), "{e}");
+    assert!(matches!(Scheme::parse("TailGuard"), Ok(Scheme::TfEdfq)));
+    let e = Scheme::parse("edf").unwrap_err();
+    assert!(matches!(&e, HandlerConfigError::UnknownScheme { name } if name == "edf"), "{e:?}");
+    assert_eq!(e.to_string(), "scheme `edf`: expected tf-edfq, t-edfq, priq or fifo");
+}
+
 /// A query's seed fixes its servers, whatever the handler's own stream
 /// did before: the same seeded queries land on the same servers under
 /// every scheme. Different seeds still spread over the servers.

@@ -25,9 +25,9 @@ fn main() {
         eprintln!("tailor-node: {e}");
         std::process::exit(2);
     }
-    let result = std::env::current_exe()
-        .map_err(|e| format!("locating this binary: {e}"))
-        .and_then(|program| cli::run(cli.command, AgentCommand { program, prefix: Vec::new() }));
+    let result = std::env::current_exe().map_err(|e| format!("locating this binary: {e}")).and_then(|program| {
+        cli::run(cli.command, AgentCommand { program, prefix: Vec::new() }).map_err(|e| e.to_string())
+    });
     if let Err(e) = result {
         eprintln!("tailor-node: {e}");
         std::process::exit(2);

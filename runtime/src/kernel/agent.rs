@@ -59,6 +59,23 @@ pub struct AgentConfig {
     pub enforce: Enforce,
 }
 
+/// Why an enforcement cannot be used; each message names the flag and the fix.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum EnforceError {
+    /// The key-ordering level width must be a positive number of µs.
+    #[error("{bucket_us}: give a positive number of µs (at least 0.001), e.g. 1000")]
+    BadBucket { bucket_us: f64 },
+    /// orf's key is the GAT only when it runs as many jobs as there are CPUs.
+    #[error(
+        "{source} (--enforce priority). Fix: --c {cpus}, or --enforce band for processor sharing among more \
+         jobs than CPUs"
+    )]
+    OrfCNotCpus { source: keyed::KeyOrderError, cpus: usize },
+    /// The policy orders by something other than a fixed key.
+    #[error("{source} (--enforce priority). Fix: --enforce band")]
+    NotKeyed { source: keyed::KeyOrderError },
+}
+
 /// How the agent's policy reaches the kernel (`tailor agent --enforce`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Enforce {
@@ -73,23 +90,20 @@ pub enum Enforce {
 impl Enforce {
     /// Key ordering with `bucket_us` µs of key per level (`--bucket-us`, `[gat_domain]
     /// bucket_us`), or why that width is not one.
-    pub fn priority_us(bucket_us: f64) -> Result<Enforce, String> {
+    pub fn priority_us(bucket_us: f64) -> Result<Enforce, EnforceError> {
         if bucket_us >= 0.001 && bucket_us.is_finite() {
             Ok(Enforce::Priority { bucket_ns: (bucket_us * 1e3).round() as u64 })
         } else {
-            Err(format!("{bucket_us}: give a positive number of µs (at least 0.001), e.g. 1000"))
+            Err(EnforceError::BadBucket { bucket_us })
         }
     }
 
     /// The slot field that orders `policy` under key ordering (core's
     /// [`keyed::key_field_of`], in the table's encoding), or why it cannot and the fix.
-    pub fn key_of(policy: &PolicySpec, cpus: usize) -> Result<u32, String> {
-        keyed::key_field_of(policy, cpus).map(|key| key as u32).map_err(|e| match e {
-            keyed::KeyOrderError::OrfCNotCpus { .. } => format!(
-                "{e} (--enforce priority). Fix: --c {cpus}, or --enforce band for processor sharing among more jobs \
-                 than CPUs"
-            ),
-            keyed::KeyOrderError::NotKeyed { .. } => format!("{e} (--enforce priority). Fix: --enforce band"),
+    pub fn key_of(policy: &PolicySpec, cpus: usize) -> Result<u32, EnforceError> {
+        keyed::key_field_of(policy, cpus).map(|key| key as u32).map_err(|source| match source {
+            keyed::KeyOrderError::OrfCNotCpus { .. } => EnforceError::OrfCNotCpus { source, cpus },
+            keyed::KeyOrderError::NotKeyed { .. } => EnforceError::NotKeyed { source },
         })
     }
 }
@@ -181,7 +195,7 @@ pub fn preflight() -> Result<(i64, i64), RuntimeError> {
                 .into(),
         ));
     }
-    let throttling = sys::check_rt_throttling().map_err(RuntimeError::Unsupported)?;
+    let throttling = sys::check_rt_throttling()?;
     if let Some(problem) = sys::rt_group_problem(0, 0) {
         return Err(RuntimeError::Unsupported(problem));
     }
@@ -210,9 +224,7 @@ pub fn run_agent_with_stats(
         Enforce::Priority { bucket_ns: 0 } => {
             return Err(RuntimeError::Config("agent: --bucket-us must be more than 0".into()))
         }
-        Enforce::Priority { bucket_ns } => {
-            Some((Enforce::key_of(&cfg.policy, cfg.cpus).map_err(RuntimeError::Config)?, bucket_ns))
-        }
+        Enforce::Priority { bucket_ns } => Some((Enforce::key_of(&cfg.policy, cfg.cpus)?, bucket_ns)),
     };
     // One agent per table: the lock is the kernel's, so it is free again the moment its
     // holder dies, however it dies (two agents started at once both pass the check below).

@@ -258,14 +258,23 @@ impl AgentStats {
     }
 }
 
+/// The agent's admin endpoint could not listen.
+#[derive(Debug, thiserror::Error)]
+#[error("--admin-addr {addr}: cannot listen: {source}")]
+pub struct ServeError {
+    pub addr: SocketAddr,
+    #[source]
+    pub source: std::io::Error,
+}
+
 /// Serves the agent's `/metrics`, `/healthz` and `/readyz` (ready while it
 /// serves its table) on `addr`, from a thread of its own.
-pub fn serve(addr: SocketAddr, stats: &Arc<AgentStats>) -> Result<AdminHandle, String> {
+pub fn serve(addr: SocketAddr, stats: &Arc<AgentStats>) -> Result<AdminHandle, ServeError> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(stats.scraped()));
     let ready = stats.clone();
     AdminServer::new(Arc::new(registry))
         .readiness(Readiness::from_fn(move || ready.is_running()))
         .spawn(addr)
-        .map_err(|e| format!("--admin-addr {addr}: cannot listen: {e}"))
+        .map_err(|source| ServeError { addr, source })
 }

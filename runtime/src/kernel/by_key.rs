@@ -235,7 +235,7 @@ impl<'t> KeyAgent<'t> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::agent::Enforce;
+    use super::super::agent::{Enforce, EnforceError};
     use super::table;
     use tailor_core::PolicySpec;
 
@@ -246,8 +246,12 @@ mod tests {
         assert_eq!(Enforce::key_of(&PolicySpec::Orf { c: 2, slice_us: 500.0 }, 2), Ok(table::KEY_GAT));
         assert_eq!(Enforce::key_of(&PolicySpec::Edf, 2), Ok(table::KEY_DEADLINE));
         let e = Enforce::key_of(&PolicySpec::Orf { c: 6, slice_us: 500.0 }, 2).unwrap_err();
+        assert!(matches!(e, EnforceError::OrfCNotCpus { cpus: 2, .. }), "{e:?}");
+        let e = e.to_string();
         assert!(e.contains("--c 2") && e.contains("--enforce band"), "{e}");
         let e = Enforce::key_of(&PolicySpec::Rr { slice_us: 500.0 }, 2).unwrap_err();
+        assert!(matches!(e, EnforceError::NotKeyed { .. }), "{e:?}");
+        let e = e.to_string();
         assert!(e.contains("rr does not order") && e.contains("--enforce band"), "{e}");
     }
 }

@@ -48,9 +48,12 @@ use std::time::{Duration, Instant};
 
 use tailor_core::Context;
 
-pub use agent::{preflight, run_agent, run_agent_with_stats, stop_on_signals, AgentConfig, AgentReport, Enforce};
-pub use agent_stats::AgentStats;
+pub use agent::{
+    preflight, run_agent, run_agent_with_stats, stop_on_signals, AgentConfig, AgentReport, Enforce, EnforceError,
+};
+pub use agent_stats::{AgentStats, ServeError};
 pub use decisions::DecisionReport;
+pub use sys::SysError;
 use sys::ThreadPolicy;
 use table::Table;
 
@@ -590,7 +593,7 @@ mod tests {
         // The band runs the policy object, which owns the controller.
         assert!(spec.build_any(2, 0).is_ok());
         // Key ordering has no c to tune: it refuses and says which enforcement to use.
-        let refused = Enforce::key_of(&spec, 2).expect_err("no static key");
+        let refused = Enforce::key_of(&spec, 2).expect_err("no static key").to_string();
         assert!(refused.contains("--enforce band"), "{refused}");
         // Bad bounds are named.
         let zero = policy_from_args("orf-adaptive", 6, 500.0, AdaptiveArgs { c_max: 0, window_jobs: 300 })

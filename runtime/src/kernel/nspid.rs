@@ -200,6 +200,15 @@ mod tests {
         assert!(!r.sees(Some(own ^ 0x5a5a)));
     }
 
+    /// Why a test pod cannot be started here (the test is skipped, saying so).
+    #[derive(Debug, thiserror::Error)]
+    enum PodSkip {
+        #[error("needs root to create a PID namespace")]
+        NotRoot,
+        #[error("cannot run `unshare` (util-linux): {0}")]
+        NoUnshare(#[source] std::io::Error),
+    }
+
     /// A shell that is pid 1 of a PID namespace of its own (`unshare`), killed with its
     /// namespace on drop.
     struct Pod {
@@ -209,17 +218,17 @@ mod tests {
 
     impl Pod {
         /// Starts `script` under `unshare --pid --fork --mount-proc --kill-child`, or says why not.
-        fn start(script: &str) -> Result<Pod, String> {
+        fn start(script: &str) -> Result<Pod, PodSkip> {
             // SAFETY: geteuid has no preconditions.
             if unsafe { libc::geteuid() } != 0 {
-                return Err("needs root to create a PID namespace".into());
+                return Err(PodSkip::NotRoot);
             }
             let mut unshare = std::process::Command::new("unshare")
                 .args(["--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c", script])
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::piped())
                 .spawn()
-                .map_err(|e| format!("cannot run `unshare` (util-linux): {e}"))?;
+                .map_err(PodSkip::NoUnshare)?;
             let out = std::io::BufReader::new(unshare.stdout.take().expect("piped"));
             Ok(Pod { unshare, out })
         }

@@ -2,6 +2,7 @@
 //! per-thread scheduling policy, futexes on shared memory, capability and RT checks.
 
 use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
@@ -234,23 +235,54 @@ pub fn has_cap_sys_nice() -> bool {
         .is_some_and(|caps| caps & (1 << CAP_SYS_NICE) != 0)
 }
 
+/// Why the kernel's RT settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SysError {
+    /// A `/proc` file the check needs is missing or unreadable (not Linux, or `/proc` not mounted).
+    #[error("cannot read {}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// A `/proc` file does not hold the integer the kernel writes there.
+    #[error("{}: not a number: {text:?} ({source})", .path.display())]
+    NotANumber {
+        path: PathBuf,
+        text: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    /// `sched_rt_runtime_us` is -1: SCHED_FIFO threads may run forever.
+    #[error(
+        "{} is -1 (RT throttling off): a saturated SCHED_FIFO band would starve every other thread on its \
+         CPUs. Fix: `sysctl kernel.sched_rt_runtime_us=950000` (the Linux default)",
+        .path.display()
+    )]
+    RtThrottlingOff { path: PathBuf },
+}
+
 /// Refuses unbounded RT: with `sched_rt_runtime_us = -1` a saturated SCHED_FIFO band
-/// would starve everything else on its CPUs forever.
-pub fn check_rt_throttling() -> Result<(i64, i64), String> {
-    let read = |f: &str| -> Result<i64, String> {
-        std::fs::read_to_string(f)
-            .map_err(|e| format!("cannot read {f}: {e}"))?
-            .trim()
-            .parse()
-            .map_err(|e| format!("{f}: not a number: {e}"))
+/// would starve everything else on its CPUs forever. Returns `(runtime_us, period_us)`.
+pub fn check_rt_throttling() -> Result<(i64, i64), SysError> {
+    rt_throttling_in(Path::new("/proc/sys/kernel"))
+}
+
+/// [`check_rt_throttling`] on the sysctl files under `dir` (`/proc/sys/kernel` on a host).
+fn rt_throttling_in(dir: &Path) -> Result<(i64, i64), SysError> {
+    let read = |name: &str| -> Result<(i64, PathBuf), SysError> {
+        let path = dir.join(name);
+        let text = std::fs::read_to_string(&path).map_err(|source| SysError::Read { path: path.clone(), source })?;
+        let text = text.trim();
+        match text.parse() {
+            Ok(v) => Ok((v, path)),
+            Err(source) => Err(SysError::NotANumber { path, text: text.to_string(), source }),
+        }
     };
-    let runtime = read("/proc/sys/kernel/sched_rt_runtime_us")?;
-    let period = read("/proc/sys/kernel/sched_rt_period_us")?;
+    let (runtime, runtime_path) = read("sched_rt_runtime_us")?;
+    let (period, _) = read("sched_rt_period_us")?;
     if runtime < 0 {
-        return Err("/proc/sys/kernel/sched_rt_runtime_us is -1 (RT throttling off): a saturated SCHED_FIFO band \
-                    would starve every other thread on its CPUs. Fix: `sysctl kernel.sched_rt_runtime_us=950000` \
-                    (the Linux default)"
-            .into());
+        return Err(SysError::RtThrottlingOff { path: runtime_path });
     }
     Ok((runtime, period))
 }
@@ -283,4 +315,58 @@ pub fn rt_group_problem(pid: i32, tid: i32) -> Option<String> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scratch directory standing in for `/proc/sys/kernel`, removed on drop.
+    struct SysctlDir(PathBuf);
+
+    impl SysctlDir {
+        fn new(name: &str) -> SysctlDir {
+            let dir = std::env::temp_dir().join(format!("tailor-sysctl-{}-{name}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            SysctlDir(dir)
+        }
+
+        fn write(&self, file: &str, text: &str) {
+            std::fs::write(self.0.join(file), text).unwrap();
+        }
+    }
+
+    impl Drop for SysctlDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn rt_throttling_names_the_file_that_is_missing_garbled_or_off() {
+        let dir = SysctlDir::new("rt");
+        let runtime = dir.0.join("sched_rt_runtime_us");
+        match rt_throttling_in(&dir.0) {
+            Err(SysError::Read { path, source }) => {
+                assert_eq!(path, runtime);
+                assert_eq!(source.kind(), io::ErrorKind::NotFound);
+            }
+            other => panic!("expected SysError::Read, got {other:?}"),
+        }
+        dir.write("sched_rt_runtime_us", "950000\n");
+        dir.write("sched_rt_period_us", "a million\n");
+        match rt_throttling_in(&dir.0) {
+            Err(SysError::NotANumber { path, text, .. }) => {
+                assert_eq!(path, dir.0.join("sched_rt_period_us"));
+                assert_eq!(text, "a million");
+            }
+            other => panic!("expected SysError::NotANumber, got {other:?}"),
+        }
+        dir.write("sched_rt_period_us", "1000000\n");
+        assert_eq!(rt_throttling_in(&dir.0).unwrap(), (950_000, 1_000_000));
+        dir.write("sched_rt_runtime_us", "-1\n");
+        let off = rt_throttling_in(&dir.0).unwrap_err();
+        assert!(matches!(&off, SysError::RtThrottlingOff { path } if *path == runtime), "{off:?}");
+        assert!(off.to_string().contains("sysctl kernel.sched_rt_runtime_us=950000"), "{off}");
+    }
 }

@@ -68,6 +68,36 @@ impl From<&str> for EvalError {
     }
 }
 
+impl From<MetricError> for EvalError {
+    fn from(e: MetricError) -> Self {
+        EvalError { msg: e.to_string(), missing: false }
+    }
+}
+
+/// Why a record has no value for a metric (a selector or a column names it).
+#[derive(Clone, Debug, thiserror::Error, PartialEq)]
+pub enum MetricError {
+    /// Scalar points (planner tables) hold a fixed set of numbers.
+    #[error("no metric {key:?} here; have {have:?}")]
+    NoScalar { key: String, have: Vec<String> },
+    /// The metric name is not one a run measures for this class/fanout filter.
+    #[error(
+        "unknown metric {name:?}{}{}",
+        .class.as_ref().map_or(String::new(), |c| format!(" for class {c:?}")),
+        .fanout.map_or(String::new(), |k| format!(" for fanout {k}"))
+    )]
+    Unknown { name: String, class: Option<String>, fanout: Option<u32> },
+    /// Per class-and-fanout groups exist only for classes with an SLO.
+    #[error("no group class {class:?}, fanout {fanout} (has it an SLO?)")]
+    NoGroup { class: String, fanout: u32 },
+    /// The scenario has no class of that name.
+    #[error("no class {class:?}")]
+    NoClass { class: String },
+    /// No request of the run had that fanout.
+    #[error("no fanout {fanout}")]
+    NoFanout { fanout: u32 },
+}
+
 /// What a point's data is, resolved.
 pub enum Record<'a> {
     Run(&'a RunRecord),
@@ -99,7 +129,7 @@ impl Reproduction {
 
 /// A metric of a record; NaN when the record has no such number (e.g. a
 /// search in which no load met the SLO).
-pub fn metric(rec: &Record, name: &str, class: Option<&str>, fanout: Option<u32>) -> Result<f64, String> {
+pub fn metric(rec: &Record, name: &str, class: Option<&str>, fanout: Option<u32>) -> Result<f64, MetricError> {
     if let Some(stem) = name.strip_suffix("_us") {
         return Ok(metric(rec, &format!("{stem}_ms"), class, fanout)? * 1000.0);
     }
@@ -109,9 +139,7 @@ pub fn metric(rec: &Record, name: &str, class: Option<&str>, fanout: Option<u32>
                 Some(k) => format!("{name}@{k}"),
                 None => name.to_string(),
             };
-            m.get(&key)
-                .copied()
-                .ok_or_else(|| format!("no metric {key:?} here; have {:?}", m.keys().collect::<Vec<_>>()))
+            m.get(&key).copied().ok_or_else(|| MetricError::NoScalar { have: m.keys().cloned().collect(), key })
         }
         Record::Search(s) => match name {
             "max_util" => Ok(s.max_util),
@@ -131,22 +159,16 @@ pub fn metric(rec: &Record, name: &str, class: Option<&str>, fanout: Option<u32>
     }
 }
 
-fn run_metric(r: &RunRecord, name: &str, class: Option<&str>, fanout: Option<u32>) -> Result<f64, String> {
+fn run_metric(r: &RunRecord, name: &str, class: Option<&str>, fanout: Option<u32>) -> Result<f64, MetricError> {
     let s = &r.summary;
-    let unknown = || {
-        format!(
-            "unknown metric {name:?}{}{}",
-            class.map_or(String::new(), |c| format!(" for class {c:?}")),
-            fanout.map_or(String::new(), |k| format!(" for fanout {k}"))
-        )
-    };
+    let unknown = || MetricError::Unknown { name: name.to_string(), class: class.map(str::to_string), fanout };
     match (class, fanout) {
         (Some(c), Some(k)) => {
             let g = s
                 .per_class_fanout
                 .iter()
                 .find(|g| g.class == c && g.fanout == k)
-                .ok_or_else(|| format!("no group class {c:?}, fanout {k} (has it an SLO?)"))?;
+                .ok_or_else(|| MetricError::NoGroup { class: c.to_string(), fanout: k })?;
             match name {
                 "tail_ms" => Ok(g.tail_ms),
                 "slo_ratio" => Ok(g.tail_ms / g.slo_ms),
@@ -154,7 +176,11 @@ fn run_metric(r: &RunRecord, name: &str, class: Option<&str>, fanout: Option<u32
             }
         }
         (Some(c), None) => {
-            let pc = s.per_class.iter().find(|x| x.class == c).ok_or_else(|| format!("no class {c:?}"))?;
+            let pc = s
+                .per_class
+                .iter()
+                .find(|x| x.class == c)
+                .ok_or_else(|| MetricError::NoClass { class: c.to_string() })?;
             match name {
                 "p99_ms" => Ok(pc.p99_ms),
                 "tail_ms" => Ok(pc.tail_ms),
@@ -169,7 +195,7 @@ fn run_metric(r: &RunRecord, name: &str, class: Option<&str>, fanout: Option<u32
             }
         }
         (None, Some(k)) => {
-            let pf = s.per_fanout.iter().find(|x| x.fanout == k).ok_or_else(|| format!("no fanout {k}"))?;
+            let pf = s.per_fanout.iter().find(|x| x.fanout == k).ok_or(MetricError::NoFanout { fanout: k })?;
             match name {
                 "p99_ms" => Ok(pf.p99_ms),
                 _ => Err(unknown()),
@@ -403,12 +429,12 @@ impl Reproduction {
     }
 }
 
-fn vary_matches(fig: &FigurePlan, have: Option<f64>, want: Option<f64>) -> Result<bool, String> {
+fn vary_matches(fig: &FigurePlan, have: Option<f64>, want: Option<f64>) -> Result<bool, EvalError> {
     match (have, want) {
         (None, _) => Ok(true),
         (Some(h), Some(w)) => Ok(same(h, w)),
         (Some(_), None) if fig.vary.len() <= 1 => Ok(true),
-        (Some(_), None) => Err(format!("the figure varies over {:?}: give `vary`", fig.vary)),
+        (Some(_), None) => Err(format!("the figure varies over {:?}: give `vary`", fig.vary).into()),
     }
 }
 

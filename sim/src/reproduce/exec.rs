@@ -9,20 +9,62 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use serde::Serialize;
-use tailor_core::dist::DistSpec;
+use tailor_core::dist::{DistError, DistSpec, TableError};
 use tailor_core::time::{to_millis_f64, NANOS_PER_SEC};
 use tailor_core::{Nanos, PolicySpec, Progress};
 
 use super::manifest::{FigureKind, FigureSpec, LoadedManifest, SeriesSpec};
-use super::patch;
+use super::patch::{self, PatchError};
 use crate::engine;
 use crate::metrics::{quantile_sorted, Summary};
-use crate::model::{class_shares, expected_visits, LoadOverride, Model, Overrides};
+use crate::model::{class_shares, expected_visits, LoadOverride, Model, ModelError, Overrides};
 use crate::scenario::{AdmissionSpec, LoadedScenario, Scenario};
 use crate::sweep::{self, policy_label};
 
 mod plan;
 pub(crate) use plan::plan;
+
+/// Why one point of a figure could not be planned or its job could not run. The caller adds
+/// which figure, series and point it was.
+#[derive(Debug, thiserror::Error)]
+pub enum FigureError {
+    /// The figure's or the series' `set`, or the vary value, does not fit the scenario file.
+    #[error(transparent)]
+    Patch(#[from] PatchError),
+    /// The patched scenario no longer parses (a patch set a key to a value of the wrong type).
+    #[error("after patching: {}", .0.message())]
+    PatchedToml(#[source] toml::de::Error),
+    /// The patched scenario parses but breaks the scenario's rules.
+    #[error("after patching: {}", .0.join("; "))]
+    PatchedScenario(Vec<String>),
+    /// A file the scenario names could not be read, or the scenario cannot become a model.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// A planner table's service-time distribution (its `cdf`) could not be built.
+    #[error("table {table:?}: {source}")]
+    PlannerCdf { table: String, source: DistError },
+    /// A planner table's RUT file could not be read.
+    #[error("table {table:?}: {source}")]
+    PlannerRut { table: String, source: TableError },
+    /// The RUT file has a line per fanout; it must reach the largest fanout the figure lists.
+    #[error("{}: no line {fanout}; the RUT table needs a line for every fanout in `fanouts`", .path.display())]
+    RutTooShort { path: PathBuf, fanout: u32 },
+    /// A max-load search returned no result at all.
+    #[error("the search ran no policy")]
+    SearchRanNoPolicy,
+    /// Admission control calibrates R_th at the max load without it; there was none.
+    #[error("calibration: no load meets the SLOs without admission control")]
+    NoCalibrationLoad,
+}
+
+/// A job that failed, by its label (figure, series, point).
+#[derive(Debug, thiserror::Error)]
+#[error("{label}: {error}")]
+pub struct JobFailure {
+    pub label: String,
+    #[source]
+    pub error: FigureError,
+}
 
 /// How to run a reproduction.
 #[derive(Clone, Debug)]
@@ -185,7 +227,7 @@ pub(crate) struct Plan {
 
 /// Runs every job on `threads` threads, longest first; `progress` sees each
 /// job as it finishes (its label and seconds).
-pub(crate) fn execute(jobs: &[Job], threads: usize, progress: &dyn Progress) -> Result<Vec<Outcome>, String> {
+pub(crate) fn execute(jobs: &[Job], threads: usize, progress: &dyn Progress) -> Result<Vec<Outcome>, Vec<JobFailure>> {
     progress.start(jobs.len() as u64, "jobs");
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by(|&a, &b| jobs[b].cost.total_cmp(&jobs[a].cost));
@@ -198,23 +240,23 @@ pub(crate) fn execute(jobs: &[Job], threads: usize, progress: &dyn Progress) -> 
         (j, r)
     });
     let mut out: Vec<Option<Outcome>> = (0..jobs.len()).map(|_| None).collect();
-    let mut errors = Vec::new();
+    let mut failures = Vec::new();
     for (j, r) in results {
         match r {
             Ok(o) => out[j] = Some(o),
-            Err(e) => errors.push(format!("{}: {e}", jobs[j].label)),
+            Err(error) => failures.push(JobFailure { label: jobs[j].label.clone(), error }),
         }
     }
-    if !errors.is_empty() {
-        return Err(errors.join("\n"));
+    if !failures.is_empty() {
+        return Err(failures);
     }
     Ok(out.into_iter().map(|o| o.expect("every job ran")).collect())
 }
 
-fn run_job(job: &Job) -> Result<Outcome, String> {
+fn run_job(job: &Job) -> Result<Outcome, FigureError> {
     match &job.kind {
         JobKind::Run => {
-            let model = Model::build(&job.loaded, &job.ov).map_err(|e| e.to_string())?;
+            let model = Model::build(&job.loaded, &job.ov)?;
             Ok(Outcome::Run(run_record(&model)))
         }
         JobKind::Search => Ok(Outcome::Search(search(&job.loaded, &job.ov)?)),
@@ -225,14 +267,14 @@ fn run_job(job: &Job) -> Result<Outcome, String> {
             let mut calib = job.loaded.clone();
             calib.scenario.admission = None;
             let s = search(&calib, &job.ov)?;
-            let at_max = s.at_max.as_ref().ok_or("calibration: no load meets the SLOs without admission control")?;
+            let at_max = s.at_max.as_ref().ok_or(FigureError::NoCalibrationLoad)?;
             let r_th = (at_max.summary.deadline_miss_pct / 100.0).min(0.99);
             let mut runs = Vec::with_capacity(loads.len());
             for &u in loads {
                 let mut l = job.loaded.clone();
                 l.scenario.admission = Some(AdmissionSpec { r_th, reject_late: false, ..configured.clone() });
                 let ov = Overrides { load: Some(LoadOverride::Utilization(u)), ..job.ov.clone() };
-                let model = Model::build(&l, &ov).map_err(|e| e.to_string())?;
+                let model = Model::build(&l, &ov)?;
                 runs.push((u, run_record(&model)));
             }
             Ok(Outcome::Admission(AdmissionRecord { max_util: s.max_util, r_th, search: s, runs }))
@@ -240,9 +282,9 @@ fn run_job(job: &Job) -> Result<Outcome, String> {
     }
 }
 
-fn search(loaded: &LoadedScenario, ov: &Overrides) -> Result<SearchRecord, String> {
-    let mut r = sweep::max_load(loaded, ov, 1).map_err(|e| e.to_string())?;
-    let r = r.pop().ok_or("the search ran no policy")?;
+fn search(loaded: &LoadedScenario, ov: &Overrides) -> Result<SearchRecord, FigureError> {
+    let mut r = sweep::max_load(loaded, ov, 1)?;
+    let r = r.pop().ok_or(FigureError::SearchRanNoPolicy)?;
     let at_max = r.at_max.map(|o| RunRecord {
         policy: o.policy,
         utilization: o.utilization,

@@ -414,15 +414,29 @@ pub enum Cmp {
     In,
 }
 
+/// Why a claim's `expect` does not parse; every variant quotes it.
+#[derive(Clone, Debug, thiserror::Error, PartialEq)]
+pub enum ExpectError {
+    /// A range is two numbers in brackets, the smaller first.
+    #[error("expect = {text:?}: write a range as \"in [lo, hi]\" with lo ≤ hi")]
+    BadRange { text: String },
+    /// A comparison starts with its operator.
+    #[error("expect = {text:?}: start with <, <=, > or >=, e.g. \"< 0\"")]
+    NoOperator { text: String },
+    /// The operator must be followed by a number.
+    #[error("expect = {text:?}: {operand:?} is not a number")]
+    NotANumber { text: String, operand: String },
+}
+
 impl Expect {
-    pub fn parse(s: &str) -> Result<Expect, String> {
+    pub fn parse(s: &str) -> Result<Expect, ExpectError> {
         let s = s.trim();
         if let Some(r) = s.strip_prefix("in") {
             let inner = r.trim().strip_prefix('[').and_then(|r| r.strip_suffix(']'));
             let parts: Option<Vec<f64>> = inner.and_then(|i| i.split(',').map(|x| x.trim().parse().ok()).collect());
             return match parts.as_deref() {
                 Some(&[lo, hi]) if lo <= hi => Ok(Expect { op: Cmp::In, rhs: lo, hi }),
-                _ => Err(format!("expect = {s:?}: write a range as \"in [lo, hi]\" with lo ≤ hi")),
+                _ => Err(ExpectError::BadRange { text: s.to_string() }),
             };
         }
         let (op, rest) = if let Some(r) = s.strip_prefix("<=") {
@@ -434,9 +448,12 @@ impl Expect {
         } else if let Some(r) = s.strip_prefix('>') {
             (Cmp::Gt, r)
         } else {
-            return Err(format!("expect = {s:?}: start with <, <=, > or >=, e.g. \"< 0\""));
+            return Err(ExpectError::NoOperator { text: s.to_string() });
         };
-        let rhs: f64 = rest.trim().parse().map_err(|_| format!("expect = {s:?}: {:?} is not a number", rest.trim()))?;
+        let rhs: f64 = rest
+            .trim()
+            .parse()
+            .map_err(|_| ExpectError::NotANumber { text: s.to_string(), operand: rest.trim().to_string() })?;
         Ok(Expect { op, rhs, hi: rhs })
     }
 
@@ -513,23 +530,95 @@ pub struct Column {
     pub fanout: Option<u32>,
 }
 
-pub fn parse_column(s: &str) -> Result<Column, String> {
+/// Why a data-table column does not parse (the caller names the column).
+#[derive(Clone, Debug, thiserror::Error, PartialEq)]
+pub enum ColumnError {
+    /// Filters are closed by a bracket.
+    #[error("missing `]`")]
+    Unclosed,
+    /// `fanout=` takes a whole number.
+    #[error("fanout {value:?} is not a number")]
+    BadFanout { value: String },
+    /// The only filters are `class` and `fanout`.
+    #[error("{filter:?}: use class=NAME or fanout=K")]
+    UnknownFilter { filter: String },
+    /// A column must name a metric before its filters.
+    #[error("empty metric name")]
+    EmptyMetric,
+}
+
+pub fn parse_column(s: &str) -> Result<Column, ColumnError> {
     let (metric, filters) = match s.split_once('[') {
         None => (s, ""),
-        Some((m, rest)) => (m, rest.strip_suffix(']').ok_or("missing `]`")?),
+        Some((m, rest)) => (m, rest.strip_suffix(']').ok_or(ColumnError::Unclosed)?),
     };
     let mut col = Column { metric: metric.trim().to_string(), class: None, fanout: None };
     for part in filters.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         match part.split_once('=') {
             Some(("class", v)) => col.class = Some(v.trim().to_string()),
             Some(("fanout", v)) => {
-                col.fanout = Some(v.trim().parse().map_err(|_| format!("fanout {v:?} is not a number"))?)
+                col.fanout = Some(v.trim().parse().map_err(|_| ColumnError::BadFanout { value: v.to_string() })?)
             }
-            _ => return Err(format!("{part:?}: use class=NAME or fanout=K")),
+            _ => return Err(ColumnError::UnknownFilter { filter: part.to_string() }),
         }
     }
     if col.metric.is_empty() {
-        return Err("empty metric name".into());
+        return Err(ColumnError::EmptyMetric);
     }
     Ok(col)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn bad_expectations_and_columns_give_their_variant() {
+        let text = |s: &str| s.to_string();
+        assert_eq!(Expect::parse("about 3"), Err(ExpectError::NoOperator { text: text("about 3") }));
+        assert_eq!(Expect::parse("in [2, 1]"), Err(ExpectError::BadRange { text: text("in [2, 1]") }));
+        assert_eq!(
+            Expect::parse("<= three"),
+            Err(ExpectError::NotANumber { text: text("<= three"), operand: text("three") })
+        );
+        assert_eq!(parse_column("p99_ms[class=I"), Err(ColumnError::Unclosed));
+        assert_eq!(parse_column("p99_ms[fanout=x]"), Err(ColumnError::BadFanout { value: text("x") }));
+        assert_eq!(parse_column("p99_ms[tier=1]"), Err(ColumnError::UnknownFilter { filter: text("tier=1") }));
+        assert_eq!(parse_column("[class=I]"), Err(ColumnError::EmptyMetric));
+        assert_eq!(
+            parse_column("tail_ms[class=I, fanout=100]"),
+            Ok(Column { metric: text("tail_ms"), class: Some(text("I")), fanout: Some(100) })
+        );
+    }
+
+    /// One figure whose column and claim are both malformed (inline tables: a figure per line).
+    const MANIFEST: &str = r#"
+title = "t"
+paper = [{ id = "p", title = "P" }]
+figure = [{ id = "f", paper = "p", title = "F", section = "§1", scenario = "s.toml", columns = ["p99_ms[tier=1]"], claim = [
+    { what = "w", paper = 1, value = { of = { series = "x", metric = "p99_ms" } }, expect = "about 1", cause = "c" },
+] }]
+"#;
+
+    #[test]
+    fn a_bad_manifest_names_the_file_and_every_problem() {
+        let path = Path::new("seeds/reproduce.toml");
+        match Manifest::from_toml(MANIFEST, path) {
+            Err(ManifestError::Invalid { file, problems }) => {
+                assert_eq!(file, path);
+                assert_eq!(problems.len(), 2, "{problems:?}");
+                assert!(problems.iter().any(|p| p.contains("\"tier=1\": use class=NAME")), "{problems:?}");
+                assert!(problems.iter().any(|p| p.contains("start with <, <=, > or >=")), "{problems:?}");
+            }
+            other => panic!("expected ManifestError::Invalid, got {other:?}"),
+        }
+        match Manifest::from_toml(&MANIFEST.replace("section", "sectoin"), path) {
+            Err(ManifestError::Parse { file, message }) => {
+                assert_eq!(file, path);
+                assert!(message.contains("sectoin"), "{message}");
+            }
+            other => panic!("expected ManifestError::Parse, got {other:?}"),
+        }
+    }
 }

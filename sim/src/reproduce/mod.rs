@@ -23,8 +23,9 @@ use std::time::Instant;
 use tailor_core::Progress;
 
 pub use claims::ClaimResult;
-pub use exec::{FigurePlan, Options, Outcome};
+pub use exec::{FigureError, FigurePlan, JobFailure, Options, Outcome};
 pub use manifest::{LoadedManifest, Manifest, ManifestError};
+pub use patch::PatchError;
 
 /// A finished reproduction: the plan, every job's outcome, and when it ran.
 pub struct Reproduction {
@@ -45,8 +46,9 @@ pub enum ReproduceError {
     /// Scenario or figure problems, all of them.
     #[error("{file}: {} problem(s):\n  - {}", .problems.len(), .problems.join("\n  - "))]
     Plan { file: String, problems: Vec<String> },
-    #[error("a run failed:\n{0}")]
-    Run(String),
+    /// Jobs that failed, each by its label.
+    #[error("a run failed:\n{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Run(Vec<exec::JobFailure>),
 }
 
 /// Loads the manifest, runs every selected figure and evaluates its claims.

@@ -7,21 +7,51 @@
 
 use toml::{Table, Value};
 
+/// Why a patch path cannot be applied to a scenario. Every variant names the path as the
+/// manifest spells it.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PatchError {
+    /// Paths are dotted keys with nothing between two dots.
+    #[error("{path:?}: empty path segment; write keys separated by single dots, e.g. \"service.0.cores\"")]
+    EmptySegment { path: String },
+    /// A path with `*` must reach at least one value, or the patch would silently do nothing.
+    #[error("{path:?}: `*` matched nothing")]
+    NothingMatched { path: String },
+    /// `truncate` only walks keys that exist.
+    #[error("{path:?}: no key {key:?}")]
+    NoKey { path: String, key: String },
+    /// A segment that lands on an array must be an element number.
+    #[error("{path:?}: {segment:?} indexes an array; use a number or `*` (`truncate` takes numbers only)")]
+    NotAnIndex { path: String, segment: String },
+    /// Array indices start at 0 and must be below the length.
+    #[error("{path:?}: index {index} but the array has {len} elements")]
+    OutOfRange { path: String, index: usize, len: usize },
+    /// Only tables and arrays have parts to walk into.
+    #[error("{path:?}: {segment:?} is inside a value that is not a table or an array")]
+    NotAContainer { path: String, segment: String },
+    /// `truncate` keeps a prefix; it cannot lengthen an array.
+    #[error("{path:?}: keep {keep} but the array has only {len}")]
+    TooShort { path: String, keep: usize, len: usize },
+    /// `truncate` needs an array at the end of its path.
+    #[error("{path:?} is not an array")]
+    NotAnArray { path: String },
+}
+
 /// Sets `path` to `value` (creating missing table keys on the way).
-pub fn set(root: &mut Table, path: &str, value: Value) -> Result<(), String> {
+pub fn set(root: &mut Table, path: &str, value: Value) -> Result<(), PatchError> {
     let parts: Vec<&str> = path.split('.').collect();
     if parts.iter().any(|p| p.is_empty()) {
-        return Err(format!("{path:?}: empty path segment"));
+        return Err(PatchError::EmptySegment { path: path.to_string() });
     }
     let mut hits = 0;
     set_in_table(root, &parts, &value, path, &mut hits)?;
     if hits == 0 {
-        return Err(format!("{path:?}: `*` matched nothing"));
+        return Err(PatchError::NothingMatched { path: path.to_string() });
     }
     Ok(())
 }
 
-fn set_in_table(t: &mut Table, parts: &[&str], value: &Value, path: &str, hits: &mut usize) -> Result<(), String> {
+fn set_in_table(t: &mut Table, parts: &[&str], value: &Value, path: &str, hits: &mut usize) -> Result<(), PatchError> {
     let (head, rest) = (parts[0], &parts[1..]);
     if head == "*" {
         for (_, v) in t.iter_mut() {
@@ -38,7 +68,7 @@ fn set_in_table(t: &mut Table, parts: &[&str], value: &Value, path: &str, hits: 
     set_in_value(next, rest, value, path, hits)
 }
 
-fn set_in_value(v: &mut Value, parts: &[&str], value: &Value, path: &str, hits: &mut usize) -> Result<(), String> {
+fn set_in_value(v: &mut Value, parts: &[&str], value: &Value, path: &str, hits: &mut usize) -> Result<(), PatchError> {
     if parts.is_empty() {
         *v = value.clone();
         *hits += 1;
@@ -54,14 +84,14 @@ fn set_in_value(v: &mut Value, parts: &[&str], value: &Value, path: &str, hits: 
                 }
                 Ok(())
             } else {
-                let i: usize =
-                    head.parse().map_err(|_| format!("{path:?}: {head:?} indexes an array; use a number or `*`"))?;
+                let index = array_index(path, head)?;
                 let len = a.len();
-                let x = a.get_mut(i).ok_or_else(|| format!("{path:?}: index {i} but the array has {len} elements"))?;
+                let x =
+                    a.get_mut(index).ok_or_else(|| PatchError::OutOfRange { path: path.to_string(), index, len })?;
                 set_in_value(x, rest, value, path, hits)
             }
         }
-        _ => Err(format!("{path:?}: {:?} is not a table or an array", parts[0])),
+        _ => Err(PatchError::NotAContainer { path: path.to_string(), segment: parts[0].to_string() }),
     }
 }
 
@@ -96,17 +126,19 @@ pub fn get<'a>(root: &'a Table, path: &str) -> Vec<&'a Value> {
 }
 
 /// Keeps the first `n` elements of the array at `path`.
-pub fn truncate(root: &mut Table, path: &str, n: usize) -> Result<(), String> {
+pub fn truncate(root: &mut Table, path: &str, n: usize) -> Result<(), PatchError> {
     let parts: Vec<&str> = path.split('.').collect();
-    let mut cur: &mut Value = root.get_mut(parts[0]).ok_or_else(|| format!("{path:?}: no key {:?}", parts[0]))?;
+    let no_key = |key: &str| PatchError::NoKey { path: path.to_string(), key: key.to_string() };
+    let mut cur: &mut Value = root.get_mut(parts[0]).ok_or_else(|| no_key(parts[0]))?;
     for part in &parts[1..] {
         cur = match cur {
-            Value::Table(t) => t.get_mut(*part).ok_or_else(|| format!("{path:?}: no key {part:?}"))?,
+            Value::Table(t) => t.get_mut(*part).ok_or_else(|| no_key(part))?,
             Value::Array(a) => {
-                let i: usize = part.parse().map_err(|_| format!("{path:?}: {part:?} indexes an array"))?;
-                a.get_mut(i).ok_or_else(|| format!("{path:?}: no element {i}"))?
+                let index = array_index(path, part)?;
+                let len = a.len();
+                a.get_mut(index).ok_or(PatchError::OutOfRange { path: path.to_string(), index, len })?
             }
-            _ => return Err(format!("{path:?}: {part:?} is inside a value that is not a table or array")),
+            _ => return Err(PatchError::NotAContainer { path: path.to_string(), segment: part.to_string() }),
         };
     }
     match cur {
@@ -114,14 +146,18 @@ pub fn truncate(root: &mut Table, path: &str, n: usize) -> Result<(), String> {
             a.truncate(n);
             Ok(())
         }
-        Value::Array(a) => Err(format!("{path:?}: keep {n} but the array has only {}", a.len())),
-        _ => Err(format!("{path:?} is not an array")),
+        Value::Array(a) => Err(PatchError::TooShort { path: path.to_string(), keep: n, len: a.len() }),
+        _ => Err(PatchError::NotAnArray { path: path.to_string() }),
     }
+}
+
+fn array_index(path: &str, segment: &str) -> Result<usize, PatchError> {
+    segment.parse().map_err(|_| PatchError::NotAnIndex { path: path.to_string(), segment: segment.to_string() })
 }
 
 /// Sets `path` to `x`, as an integer where the current value is one (or
 /// absent) and `x` is whole, so `cores` stays an integer and `slo_ms` a float.
-pub fn set_number(root: &mut Table, path: &str, x: f64) -> Result<(), String> {
+pub fn set_number(root: &mut Table, path: &str, x: f64) -> Result<(), PatchError> {
     let current_is_float = get(root, path).iter().any(|v| matches!(v, Value::Float(_)));
     let v = if x.fract() == 0.0 && !current_is_float && x.abs() < 9.0e15 {
         Value::Integer(x as i64)
@@ -179,5 +215,43 @@ slo_ms = 0.8
         truncate(&mut t, "service", 1).unwrap();
         assert_eq!(get(&t, "service.*.name").len(), 1);
         assert!(truncate(&mut t, "service", 5).is_err());
+    }
+
+    #[test]
+    fn bad_paths_give_the_variant_that_names_the_fix() {
+        let mut t = doc();
+        let int = || Value::Integer(1);
+        let path = |p: &str| p.to_string();
+        assert_eq!(
+            set(&mut t, "service..cores", int()),
+            Err(PatchError::EmptySegment { path: path("service..cores") })
+        );
+        assert_eq!(
+            set(&mut t, "service.7.cores", int()),
+            Err(PatchError::OutOfRange { path: path("service.7.cores"), index: 7, len: 2 })
+        );
+        assert_eq!(
+            set(&mut t, "service.first.cores", int()),
+            Err(PatchError::NotAnIndex { path: path("service.first.cores"), segment: path("first") })
+        );
+        assert_eq!(
+            set(&mut t, "name.x", int()),
+            Err(PatchError::NotAContainer { path: path("name.x"), segment: path("x") })
+        );
+        t.insert("empty".into(), Value::Array(Vec::new()));
+        assert_eq!(set(&mut t, "empty.*", int()), Err(PatchError::NothingMatched { path: path("empty.*") }));
+        assert_eq!(truncate(&mut t, "tiers", 1), Err(PatchError::NoKey { path: path("tiers"), key: path("tiers") }));
+        assert_eq!(truncate(&mut t, "load.rps", 1), Err(PatchError::NotAnArray { path: path("load.rps") }));
+        assert_eq!(
+            truncate(&mut t, "service", 5),
+            Err(PatchError::TooShort { path: path("service"), keep: 5, len: 2 })
+        );
+        assert_eq!(
+            truncate(&mut t, "service.*.name", 1),
+            Err(PatchError::NotAnIndex { path: path("service.*.name"), segment: path("*") })
+        );
+        // The message keeps the path and the fix, as the manifest's author reads it.
+        let e = set(&mut t, "service.7.cores", int()).unwrap_err().to_string();
+        assert_eq!(e, "\"service.7.cores\": index 7 but the array has 2 elements");
     }
 }

@@ -282,7 +282,7 @@ fn patched(
     fig: &FigureSpec,
     s: &SeriesSpec,
     v: Option<f64>,
-) -> Result<LoadedScenario, String> {
+) -> Result<LoadedScenario, FigureError> {
     let mut t = base.clone();
     for (k, val) in fig.set.iter().chain(s.set.iter()) {
         patch::set(&mut t, k, val.clone())?;
@@ -295,11 +295,10 @@ fn patched(
             patch::set_number(&mut t, p, x * factor)?;
         }
     }
-    let scenario: Scenario =
-        toml::Value::Table(t).try_into().map_err(|e: toml::de::Error| format!("after patching: {}", e.message()))?;
+    let scenario: Scenario = toml::Value::Table(t).try_into().map_err(FigureError::PatchedToml)?;
     let problems = scenario.problems();
     if !problems.is_empty() {
-        return Err(format!("after patching: {}", problems.join("; ")));
+        return Err(FigureError::PatchedScenario(problems));
     }
     Ok(LoadedScenario {
         scenario,
@@ -323,7 +322,7 @@ fn add_job(
     loaded: LoadedScenario,
     ov: Overrides,
     label: String,
-) -> Result<usize, String> {
+) -> Result<usize, FigureError> {
     let tag = match &kind {
         JobKind::Run => "run".to_string(),
         JobKind::Search => "search".to_string(),
@@ -334,7 +333,7 @@ fn add_job(
         return Ok(j);
     }
     // Build the model now, so a bad file fails before any simulation starts.
-    let model = Model::build(&loaded, &ov).map_err(|e| e.to_string())?;
+    let model = Model::build(&loaded, &ov)?;
     let runs = match &kind {
         JobKind::Run => 1.0,
         JobKind::Search => 9.0,
@@ -368,22 +367,25 @@ fn run_cost(m: &Model) -> f64 {
 }
 
 /// TailGuard Table II: mean, planner x_p^u(k) and the authors' RUT line k, per table.
-fn plan_planner(lm: &LoadedManifest, index: usize, fig: &FigureSpec) -> Result<FigurePlan, String> {
+fn plan_planner(lm: &LoadedManifest, index: usize, fig: &FigureSpec) -> Result<FigurePlan, FigureError> {
     let pl = fig.planner.as_ref().expect("checked by Manifest::problems");
     let mut points = Vec::new();
     for t in &pl.tables {
         let cdf = lm.base_dir.join(&t.cdf);
         let dist = DistSpec::Empirical { file: cdf.clone(), scale: 1.0 }
             .build(Path::new(""))
-            .map_err(|e| format!("table {:?}: {e}", t.name))?;
+            .map_err(|source| FigureError::PlannerCdf { table: t.name.clone(), source })?;
         let rut_path = lm.base_dir.join(&t.rut);
-        let rut = tailor_core::tailguard::read_rut_table(&rut_path).map_err(|e| format!("table {:?}: {e}", t.name))?;
+        let rut = tailor_core::tailguard::read_rut_table(&rut_path)
+            .map_err(|source| FigureError::PlannerRut { table: t.name.clone(), source })?;
         let mut m = BTreeMap::new();
         m.insert("mean_ms".to_string(), dist.mean_ns() / 1e6);
         for &k in &pl.fanouts {
             let x = tailor_core::tailguard::unloaded_quantile_homogeneous(&dist, k, pl.percentile / 100.0);
             m.insert(format!("x_u_ms@{k}"), to_millis_f64(x));
-            let r = rut.get(k as usize - 1).ok_or_else(|| format!("{}: no line {k}", rut_path.display()))?;
+            let r = rut
+                .get(k as usize - 1)
+                .ok_or_else(|| FigureError::RutTooShort { path: rut_path.clone(), fanout: k })?;
             m.insert(format!("rut_ms@{k}"), to_millis_f64(*r));
         }
         points.push(Point { series: t.name.clone(), vary: None, load: None, data: PointData::Scalars(m) });
