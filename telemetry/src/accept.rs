@@ -247,7 +247,7 @@ mod tests {
     async fn refuses_beyond_the_limit_and_serves_again_once_a_slot_frees() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let accept = AcceptLoop::new("test").refuse_beyond(1, |mut stream: TcpStream| {
+        let accept = AcceptLoop::new("test").refuse_beyond(1, |stream: TcpStream| {
             let _ = stream.try_write(b"full");
         });
         let stats = accept.stats();
