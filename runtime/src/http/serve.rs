@@ -25,7 +25,7 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     AcceptLoop::new("http server")
-        .run(listener, shutdown, |stream| {
+        .run(listener, shutdown, move |stream| {
             let service = TowerToHyperService::new(service.clone());
             async move {
                 let _ = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(stream), service).await;
