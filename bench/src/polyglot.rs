@@ -209,11 +209,10 @@ pub(crate) fn address_in(line: &str) -> Result<String, String> {
         .ok_or_else(|| format!("no address in the readiness line `{line}`"))
 }
 
-/// A free loopback port (bound, then released for the edge to bind; the edge's own
-/// readiness line confirms it got it).
+/// A loopback port for a process to listen on that nothing else takes meanwhile (the
+/// shared race-free claim; the process's own readiness line confirms it got it).
 pub(crate) fn free_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
-    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+    tailor_telemetry::testing::claim_port().map_err(|e| format!("finding a free loopback port: {e}"))
 }
 
 /// A running polyglot chain; dropping it stops every process it started (by pid), edge first.

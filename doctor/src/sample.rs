@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use tailor_core::time::monotonic_ns;
+
 use crate::root::{numeric_entries, SysRoot};
 use crate::task::{read_task, TaskSample};
 
@@ -30,13 +32,6 @@ pub fn snapshot(root: &SysRoot) -> Snapshot {
     }
     let interrupts = root.read("proc/interrupts").unwrap_or_default();
     Snapshot { tasks, interrupts, taken_ns: started / 2 + monotonic_ns() / 2 }
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// What one thread did between two snapshots.

@@ -5,14 +5,11 @@
 //! processes on one host compare them directly. Waits use `Instant`, which is
 //! monotonic; the two are related at the moment of conversion.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+/// Now, in Unix-epoch nanoseconds (core's realtime clock).
+pub use tailor_core::time::realtime_ns as wall_ns;
 use tailor_core::time::Nanos;
-
-/// Now, in Unix-epoch nanoseconds.
-pub fn wall_ns() -> Nanos {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as Nanos)
-}
 
 /// The `Instant` `ns` nanoseconds from now.
 pub fn instant_in(ns: Nanos) -> Instant {

@@ -40,7 +40,7 @@ use crate::clock::wall_ns;
 use crate::metrics;
 use crate::timer::PreciseTimer;
 use tailor_telemetry::prometheus_client::metrics::histogram::Histogram;
-use tailor_telemetry::{AdminServer, Scraped};
+use tailor_telemetry::{AcceptLoop, AdminServer, Scraped};
 
 /// Response headers a task server sets.
 pub const QUEUE_NS: &str = "tailor-queue-ns";
@@ -159,26 +159,15 @@ impl TaskServer {
         });
         let admin = admin(&shared);
         let accept_shared = shared.clone();
-        let accept = tokio::spawn(async move {
-            loop {
-                let stream = match listener.accept().await {
-                    Ok((stream, _)) => stream,
-                    Err(_) => {
-                        // E.g. out of file descriptors: back off instead of spinning on the error.
-                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let s = accept_shared.clone();
-                let admin = admin.clone();
-                tokio::spawn(async move {
+        let accept =
+            tokio::spawn(AcceptLoop::new("task server").run(listener, std::future::pending(), move |stream| {
+                let (s, admin) = (accept_shared.clone(), admin.clone());
+                async move {
                     let svc = hyper::service::service_fn(move |req| handle(s.clone(), admin.clone(), req));
                     let _ =
                         hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
-                });
-            }
-        });
+                }
+            }));
         Ok(TaskServer { addr, shared, accept })
     }
 

@@ -25,7 +25,7 @@ use crate::handler::{Handler, HandlerStats, QueryError, QuerySpec};
 use crate::metrics;
 use tailor_telemetry::prometheus_client::metrics::histogram::Histogram;
 use tailor_telemetry::prometheus_client::registry::Unit;
-use tailor_telemetry::{AdminServer, Scraped};
+use tailor_telemetry::{AcceptLoop, AdminServer, Scraped};
 
 pub const CLASS: &str = "tailor-class";
 pub const FANOUT: &str = "tailor-fanout";
@@ -59,25 +59,14 @@ pub async fn serve(
     let addr = listener.local_addr().map_err(|e| crate::Error::Io(e.to_string()))?;
     let latency = metrics::latency_histogram();
     let admin = admin(&handler, &latency);
-    let task = tokio::spawn(async move {
-        loop {
-            let stream = match listener.accept().await {
-                Ok((stream, _)) => stream,
-                Err(_) => {
-                    // E.g. out of file descriptors: back off instead of spinning on the error.
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                    continue;
-                }
-            };
-            let _ = stream.set_nodelay(true);
-            let h = handler.clone();
-            let (admin, latency) = (admin.clone(), latency.clone());
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req| handle(h.clone(), admin.clone(), latency.clone(), req));
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
-            });
+    let task = tokio::spawn(AcceptLoop::new("fan-out handler").run(listener, std::future::pending(), move |stream| {
+        let h = handler.clone();
+        let (admin, latency) = (admin.clone(), latency.clone());
+        async move {
+            let svc = hyper::service::service_fn(move |req| handle(h.clone(), admin.clone(), latency.clone(), req));
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
         }
-    });
+    }));
     Ok((addr, task))
 }
 

@@ -2,7 +2,7 @@
 //! configs, readiness (a port that answers), and what is read back from the proxy (its
 //! `/metrics`, its descriptors and threads in `/proc`).
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -40,11 +40,9 @@ pub fn run_proxy(args: &[String]) -> Result<(), String> {
     served.map_err(|e| e.to_string())
 }
 
-/// A loopback port nobody listens on now (bound and released; the caller binds it next).
-pub fn free_port() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local address")
-}
+/// A loopback address for a proxy to listen on that nothing else takes meanwhile (the
+/// shared race-free claim: a port below the ephemeral range, locked by this process).
+pub use tailor_telemetry::testing::free_loopback_addr as free_port;
 
 /// The upstream process (`upstream` role) and its address.
 pub struct Upstream {

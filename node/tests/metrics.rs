@@ -9,12 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use tailor_node::Capabilities;
-use tailor_telemetry::testing::{http_get, sample_value, scrape_metrics, Promtool};
-
-/// A loopback port nobody listens on (the agent binds it a moment later).
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
+use tailor_telemetry::testing::{free_loopback_addr, http_get, sample_value, scrape_metrics, Promtool};
 
 #[test]
 fn node_agent_serves_metrics_and_readiness() {
@@ -23,7 +18,7 @@ fn node_agent_serves_metrics_and_readiness() {
     }
     let sb = Sandbox::new();
     let tier = sb.tier("be");
-    let addr = free_port();
+    let addr = free_loopback_addr();
     let caps = Capabilities::probe();
     let (config, _) = sb.config(&format!(
         "metrics_addr = \"{addr}\"\n[[tier]]\nname = \"{tier}\"\nkind = \"best-effort\"\ncpus = \"{}\"\nidle = true\nsched_idle = true\n",

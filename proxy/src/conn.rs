@@ -26,7 +26,6 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::OwnedSemaphorePermit;
 
 use crate::config::Limits;
 use crate::metrics::Metrics;
@@ -47,16 +46,16 @@ pub fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     b
 }
 
-/// One open client connection: holds its `max_connections` permit and the open gauge.
+/// One open client connection: holds the open gauge (the accept loop holds its
+/// `max_connections` slot).
 pub struct Open {
     metrics: Arc<Metrics>,
-    _permit: OwnedSemaphorePermit,
 }
 
 impl Open {
-    pub fn new(metrics: Arc<Metrics>, permit: OwnedSemaphorePermit) -> Open {
+    pub fn new(metrics: Arc<Metrics>) -> Open {
         metrics.connections_open.fetch_add(1, Relaxed);
-        Open { metrics, _permit: permit }
+        Open { metrics }
     }
 }
 

@@ -21,7 +21,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
-use tailor_telemetry::{AdminHandle, AdminServer, Readiness};
+use tailor_telemetry::{AcceptLoop, AdminHandle, AdminServer, Readiness};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{watch, Semaphore};
@@ -79,7 +79,8 @@ struct Listener {
     tls: Option<TlsSource>,
 }
 
-/// Accepts on `listener` until `stop` turns true; every connection is watched by `graceful`.
+/// Accepts on `listener` (the shared [`AcceptLoop`]) until `stop` turns true; every
+/// connection is watched by `graceful`.
 /// At most `limits.max_connections` connections are open at once (beyond it a connection
 /// gets 503 and is closed); each must finish its TLS handshake (on a TLS listener) and
 /// then send its first request head, each within the header read timeout.
@@ -91,53 +92,47 @@ async fn accept_loop(
     graceful: Arc<GracefulShutdown>,
 ) {
     let builder = Arc::new(conn::builder(&limits));
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
     let lingering = Arc::new(Semaphore::new(MAX_LINGERING));
-    loop {
-        let stream = tokio::select! {
-            _ = stop.changed() => return,
-            accepted = l.listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                // Out of descriptors and the like: keep serving the connections we have.
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    continue;
-                }
-            },
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            metrics.connections_rejected.fetch_add(1, Relaxed);
-            refuse(stream, &lingering);
-            continue;
-        };
-        let open = conn::Open::new(metrics.clone(), permit);
-        let _ = stream.set_nodelay(true);
-        // Taken now, so a drain that starts during the handshake still waits for it.
-        let watcher = graceful.watcher();
-        let tls = l.tls.as_ref().and_then(|source| source());
-        let (builder, handler, metrics) = (builder.clone(), l.handler.clone(), metrics.clone());
-        tokio::spawn(async move {
-            match tls {
-                None => serve_connection(&builder, stream, &limits, &metrics, handler, watcher).await,
-                Some(config) => {
-                    let handshake = tokio_rustls::TlsAcceptor::from(config).accept(stream);
-                    match tokio::time::timeout(limits.header_read_timeout(), handshake).await {
-                        Ok(Ok(stream)) => serve_connection(&builder, stream, &limits, &metrics, handler, watcher).await,
-                        Ok(Err(e)) => {
-                            metrics.tls_handshake_failures.fetch_add(1, Relaxed);
-                            tracing::debug!(error = %e, "TLS handshake failed");
-                        }
-                        Err(_) => {
-                            metrics.tls_handshake_failures.fetch_add(1, Relaxed);
-                            tracing::debug!("no TLS handshake within header_read_timeout_ms");
+    let refused_metrics = metrics.clone();
+    let refuse_beyond = move |stream| {
+        refused_metrics.connections_rejected.fetch_add(1, Relaxed);
+        refuse(stream, &lingering);
+    };
+    let stopped = async move {
+        let _ = stop.changed().await;
+    };
+    let accept = AcceptLoop::new("proxy listener").refuse_beyond(limits.max_connections, refuse_beyond);
+    accept
+        .run(l.listener, stopped, |stream| {
+            let open = conn::Open::new(metrics.clone());
+            // Taken now, so a drain that starts during the handshake still waits for it.
+            let watcher = graceful.watcher();
+            let tls = l.tls.as_ref().and_then(|source| source());
+            let (builder, handler, metrics) = (builder.clone(), l.handler.clone(), metrics.clone());
+            async move {
+                match tls {
+                    None => serve_connection(&builder, stream, &limits, &metrics, handler, watcher).await,
+                    Some(config) => {
+                        let handshake = tokio_rustls::TlsAcceptor::from(config).accept(stream);
+                        match tokio::time::timeout(limits.header_read_timeout(), handshake).await {
+                            Ok(Ok(stream)) => {
+                                serve_connection(&builder, stream, &limits, &metrics, handler, watcher).await
+                            }
+                            Ok(Err(e)) => {
+                                metrics.tls_handshake_failures.fetch_add(1, Relaxed);
+                                tracing::debug!(error = %e, "TLS handshake failed");
+                            }
+                            Err(_) => {
+                                metrics.tls_handshake_failures.fetch_add(1, Relaxed);
+                                tracing::debug!("no TLS handshake within header_read_timeout_ms");
+                            }
                         }
                     }
                 }
+                drop(open);
             }
-            drop(open);
-        });
-    }
+        })
+        .await
 }
 
 /// Serves one client connection (plain or TLS) until it ends; `watcher` drains it.

@@ -55,14 +55,10 @@ async fn upstream() -> SocketAddr {
     addr
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_trailers_pass_through_and_shed_calls_are_trailers_only() {
     let up = upstream().await;
-    let listen = free_port();
+    let listen = tailor_telemetry::testing::free_port();
     let dir = std::env::temp_dir().join(format!("tailor-proxy-grpc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("sidecar.toml");

@@ -4,29 +4,10 @@
 //! request preempted halfway still owes the rest of its work, exactly as in
 //! the simulator where a preempted job keeps its remaining demand.
 
+/// The clocks live in core (one clock module for every crate); re-exported where the
+/// runtime has always offered them.
+pub use tailor_core::time::{monotonic_ns, realtime_ns, thread_cpu_ns};
 use tailor_core::Nanos;
-
-fn clock_ns(clock: libc::clockid_t) -> Nanos {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid out-pointer; the clocks used here always exist on Linux.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as Nanos * 1_000_000_000 + ts.tv_nsec as Nanos
-}
-
-/// CPU time consumed by the calling thread, in ns.
-pub fn thread_cpu_ns() -> Nanos {
-    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
-}
-
-/// CLOCK_MONOTONIC in ns: the time the runtime feeds its policies.
-pub fn monotonic_ns() -> Nanos {
-    clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-/// CLOCK_REALTIME in ns: the edge clock GATs are stamped with (comparable across processes and hosts).
-pub fn realtime_ns() -> Nanos {
-    clock_ns(libc::CLOCK_REALTIME)
-}
 
 /// Burns `ns` of this thread's CPU time (not wall time): time the thread
 /// spends preempted does not count, so the work done is the same under every

@@ -102,12 +102,10 @@ impl NodeTimers {
             if (p.0, p.1) <= (e.0, e.1) {
                 break;
             }
-            self.heap[i] = p;
-            self.pos[p.2 as usize] = i as u32;
+            self.place(i, p);
             i = parent;
         }
-        self.heap[i] = e;
-        self.pos[e.2 as usize] = i as u32;
+        self.place(i, e);
     }
 
     fn sift_down(&mut self, mut i: usize) {
@@ -124,12 +122,17 @@ impl NodeTimers {
             if (e.0, e.1) <= (c.0, c.1) {
                 break;
             }
-            self.heap[i] = c;
-            self.pos[c.2 as usize] = i as u32;
+            self.place(i, c);
             i = child;
         }
-        self.heap[i] = e;
-        self.pos[e.2 as usize] = i as u32;
+        self.place(i, e);
+    }
+
+    /// Puts `entry` at heap index `i` and records where its node now is.
+    #[inline]
+    fn place(&mut self, i: usize, entry: (Nanos, u64, u32)) {
+        self.heap[i] = entry;
+        self.pos[entry.2 as usize] = i as u32;
     }
 }
 

@@ -25,8 +25,9 @@ use http_body_util::Full;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::oneshot;
 
+use crate::accept::AcceptLoop;
 use crate::exposition::{openmetrics_to_text, Format};
 
 /// Scrapers served at once; more wait for a slot (an admin port is not a data path).
@@ -144,45 +145,30 @@ impl AdminServer {
         Ok(AdminHandle { addr: local, stop: Some(stop_tx), thread: Some(thread) })
     }
 
-    async fn serve(self, listener: TcpListener, mut stop: oneshot::Receiver<()>) {
-        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-        loop {
-            let permit = tokio::select! {
-                _ = &mut stop => return,
-                permit = slots.clone().acquire_owned() => match permit {
-                    Ok(p) => p,
-                    Err(_) => return,
-                },
-            };
-            let stream = tokio::select! {
-                _ = &mut stop => return,
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(e) => {
-                        // Out of descriptors and the like: back off rather than spin.
-                        tracing::warn!(error = %e, "admin endpoint: accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
+    async fn serve(self, listener: TcpListener, stop: oneshot::Receiver<()>) {
+        let stopped = async {
+            let _ = stop.await;
+        };
+        AcceptLoop::new("admin endpoint")
+            .wait_beyond(MAX_CONNECTIONS)
+            .run(listener, stopped, |stream| {
+                let server = self.clone();
+                async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let server = server.clone();
+                        async move { Ok::<_, Infallible>(server.respond(&req)) }
+                    });
+                    let served = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(HEADER_READ_TIMEOUT)
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                    if let Err(e) = served {
+                        tracing::debug!(error = %e, "admin endpoint: connection ended with an error");
                     }
-                },
-            };
-            let server = self.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| {
-                    let server = server.clone();
-                    async move { Ok::<_, Infallible>(server.respond(&req)) }
-                });
-                let served = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_READ_TIMEOUT)
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-                if let Err(e) = served {
-                    tracing::debug!(error = %e, "admin endpoint: connection ended with an error");
                 }
-                drop(permit);
-            });
-        }
+            })
+            .await
     }
 
     /// The answer to one request, for a service that mounts the admin routes

@@ -12,12 +12,14 @@
 //! encoder appends it), histograms in seconds named `_seconds`, base units,
 //! and labels with a small fixed set of values.
 
+pub mod accept;
 pub mod admin;
 pub mod exposition;
 pub mod logging;
 pub mod scraped;
 pub mod testing;
 
+pub use accept::{AcceptLoop, AcceptStats};
 pub use admin::{AdminHandle, AdminServer, Readiness, ReadyFlag};
 #[cfg(feature = "clap")]
 pub use logging::LogArgs;

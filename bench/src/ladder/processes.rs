@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tailor_core::rng::Rng;
+use tailor_core::time::thread_cpu_ns;
 
 /// Exits the process when stdin reaches EOF (the parent died or let go of us).
 fn exit_on_stdin_eof() {
@@ -21,13 +22,6 @@ fn exit_on_stdin_eof() {
         while matches!(lock.read(&mut buf), Ok(n) if n > 0) {}
         std::process::exit(0);
     });
-}
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Burns `ns` of this thread's CPU time (not wall time: preemption shows up as latency).

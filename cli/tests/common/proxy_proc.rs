@@ -2,12 +2,10 @@
 //! on failure), a scratch directory, loopback ports nothing else takes, and plain HTTP/1.1 GETs on the
 //! admin endpoint.
 
-use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A child process killed (by its pid) when the test ends, also on failure.
@@ -44,43 +42,7 @@ pub fn tmpdir(name: &str) -> Tmp {
     Tmp(dir)
 }
 
-/// Locks on the ports this test process has claimed, held until it exits.
-static CLAIMED: Mutex<Vec<File>> = Mutex::new(Vec::new());
-
-/// A loopback port for a child process to listen on, which nothing else will take before
-/// the child binds it. A port the kernel hands out for `:0` is in the ephemeral range,
-/// where any process's outgoing connection may take it as its local port meanwhile (a
-/// test failed that way); this one is below that range, claimed by an exclusive lock on
-/// a file named after it (other tests, in this process or another, skip a claimed port)
-/// and checked free by binding it once.
-pub fn free_port() -> u16 {
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    let span = ephemeral_low.saturating_sub(1024).min(16384);
-    assert!(span > 0, "no ports below the ephemeral range ({ephemeral_low})");
-    let base = ephemeral_low - span;
-    let dir = std::env::temp_dir().join("tailor-test-ports");
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut claimed = CLAIMED.lock().unwrap_or_else(|p| p.into_inner());
-    // Processes start at different places, so they rarely contend for one file.
-    let start = (std::process::id() as usize * 7919 + claimed.len()) % span as usize;
-    for i in 0..span as usize {
-        let port = base + ((start + i) % span as usize) as u16;
-        let Ok(file) =
-            std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(port.to_string()))
-        else {
-            continue;
-        };
-        if file.try_lock().is_err() || TcpListener::bind(("127.0.0.1", port)).is_err() {
-            continue;
-        }
-        claimed.push(file);
-        return port;
-    }
-    panic!("no free loopback port in {base}..{ephemeral_low}");
-}
+pub use tailor_telemetry::testing::free_port;
 
 /// Plain HTTP/1.1 GET on an admin port: the status and the whole response text.
 pub fn admin_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {

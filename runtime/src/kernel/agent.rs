@@ -37,7 +37,9 @@ mod scan;
 /// The agent's longest sleep: the heartbeat the watchdogs watch advances at least this often.
 pub const HEARTBEAT: Duration = Duration::from_millis(20);
 /// How often registered threads are checked for death (ESRCH).
-pub(super) const REAP_EVERY: Nanos = 100_000_000;
+const REAP_EVERY: Nanos = 100_000_000;
+/// How often a verbose agent logs its counters.
+const LOG_EVERY: Nanos = 1_000_000_000;
 /// How soon the agent looks again at a job whose hand-off is in flight (it does not
 /// write that thread meanwhile): a woken thread needs a few µs to take the band.
 const HANDOFF_RECHECK: Duration = Duration::from_micros(100);
@@ -367,9 +369,7 @@ impl<'t> Agent<'t> {
 
     fn run(&mut self, stop: &AtomicBool, verbose: bool, stats: &AgentStats) {
         let h = self.table.header();
-        let (start_wall, start_cpu) = (monotonic_ns(), thread_cpu_ns());
-        let mut next_reap = start_wall + REAP_EVERY;
-        let mut next_log = start_wall + 1_000_000_000;
+        let mut pace = Pace::start();
         while !stop.load(Ordering::Relaxed) && !self.table.truncated() {
             h.heartbeat.fetch_add(1, Ordering::Release);
             let bell = h.doorbell.load(Ordering::SeqCst);
@@ -387,18 +387,16 @@ impl<'t> Agent<'t> {
                 }
                 stats.publish_adaptive(&d.report());
             }
-            if now >= next_reap {
+            if pace.reap_due(now) {
                 self.scan_all(now);
                 self.reap();
-                next_reap = now + REAP_EVERY;
-                stats.publish_cpu(thread_cpu_ns() - start_cpu);
+                stats.publish_cpu(pace.cpu_ns());
             }
             self.apply();
             self.publish_successors(now);
             self.report.handoffs = h.handoffs.load(Ordering::Relaxed);
             stats.publish(&self.report, self.live.len(), self.driver.waiting(), now);
-            if verbose && now >= next_log {
-                next_log = now + 1_000_000_000;
+            if verbose && pace.log_due(now) {
                 tracing::info!(report = ?self.report, waiting = self.driver.waiting(), "agent counters");
             }
             // Sleep until the doorbell rings, the policy's next tick, or the heartbeat.
@@ -416,8 +414,7 @@ impl<'t> Agent<'t> {
             self.report.rung += u64::from(rung);
         }
         self.report.handoffs = h.handoffs.load(Ordering::Relaxed);
-        self.report.wall_ns = monotonic_ns() - start_wall;
-        self.report.cpu_ns = thread_cpu_ns() - start_cpu;
+        pace.finish(&mut self.report);
     }
 
     /// Frees the slots of threads that no longer exist.
@@ -497,4 +494,54 @@ pub fn stop_on_signals() -> &'static AtomicBool {
         });
     }
     &STOP
+}
+
+/// The cadence both agent loops keep (by policy and by key): when the loop started
+/// (wall and CPU clocks), when it next reaps dead threads and logs its counters.
+pub(super) struct Pace {
+    start_wall: Nanos,
+    start_cpu: Nanos,
+    next_reap: Nanos,
+    next_log: Nanos,
+}
+
+impl Pace {
+    pub(super) fn start() -> Pace {
+        let start_wall = monotonic_ns();
+        Pace {
+            start_wall,
+            start_cpu: thread_cpu_ns(),
+            next_reap: start_wall + REAP_EVERY,
+            next_log: start_wall + LOG_EVERY,
+        }
+    }
+
+    /// Whether the loop reaps dead threads on this pass (then not again for `REAP_EVERY`).
+    pub(super) fn reap_due(&mut self, now: Nanos) -> bool {
+        let due = now >= self.next_reap;
+        if due {
+            self.next_reap = now + REAP_EVERY;
+        }
+        due
+    }
+
+    /// Whether a verbose loop logs its counters on this pass (then not again for a second).
+    pub(super) fn log_due(&mut self, now: Nanos) -> bool {
+        let due = now >= self.next_log;
+        if due {
+            self.next_log = now + LOG_EVERY;
+        }
+        due
+    }
+
+    /// CPU time the loop's thread has used so far.
+    pub(super) fn cpu_ns(&self) -> Nanos {
+        thread_cpu_ns() - self.start_cpu
+    }
+
+    /// Writes the loop's wall and CPU time into its report.
+    pub(super) fn finish(&self, report: &mut AgentReport) {
+        report.wall_ns = monotonic_ns() - self.start_wall;
+        report.cpu_ns = self.cpu_ns();
+    }
 }

@@ -18,13 +18,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tailor_core::policy::keyed;
 
-use super::agent::{AgentReport, HEARTBEAT, REAP_EVERY};
+use super::agent::{AgentReport, Pace, HEARTBEAT};
 use super::agent_stats::AgentStats;
 use super::identity::Processes;
 use super::nspid::Resolver;
 use super::sys::ThreadPolicy;
 use super::table::{self, Table};
-use crate::cpu::{monotonic_ns, realtime_ns, thread_cpu_ns};
+use crate::cpu::{monotonic_ns, realtime_ns};
 
 /// A live job as the agent reads it from its slot: `pid` and `tid` as the job wrote them,
 /// in PID namespace `pid_ns` (`None`: the agent's own); see `nspid`.
@@ -95,9 +95,7 @@ impl<'t> KeyAgent<'t> {
 
     pub(super) fn run(&mut self, stop: &AtomicBool, verbose: bool, stats: &AgentStats) {
         let h = self.table.header();
-        let (start_wall, start_cpu) = (monotonic_ns(), thread_cpu_ns());
-        let mut next_reap = start_wall + REAP_EVERY;
-        let mut next_log = start_wall + 1_000_000_000;
+        let mut pace = Pace::start();
         while !stop.load(Ordering::Relaxed) && !self.table.truncated() {
             h.heartbeat.fetch_add(1, Ordering::Release);
             let bell = h.doorbell.load(Ordering::SeqCst);
@@ -116,19 +114,17 @@ impl<'t> KeyAgent<'t> {
                 }
             }
             let now = monotonic_ns();
-            if now >= next_reap {
+            if pace.reap_due(now) {
                 // Jobs that ended take their resolved ids with them.
                 let current: std::collections::HashSet<(usize, u64)> =
                     live.iter().map(|j| (j.slot, j.generation)).collect();
                 self.host_ids.retain(|job, _| current.contains(job));
                 self.reap(&live);
-                next_reap = now + REAP_EVERY;
-                stats.publish_cpu(thread_cpu_ns() - start_cpu);
+                stats.publish_cpu(pace.cpu_ns());
             }
             // The kernel orders the jobs here: none waits on the agent.
             stats.publish(&self.report, live.len(), 0, now);
-            if verbose && now >= next_log {
-                next_log = now + 1_000_000_000;
+            if verbose && pace.log_due(now) {
                 tracing::info!(
                     report = ?self.report,
                     live = live.len(),
@@ -140,8 +136,7 @@ impl<'t> KeyAgent<'t> {
             self.report.wakeups += 1;
             self.report.rung += u64::from(rung);
         }
-        self.report.wall_ns = monotonic_ns() - start_wall;
-        self.report.cpu_ns = thread_cpu_ns() - start_cpu;
+        pace.finish(&mut self.report);
     }
 
     /// Moves `base` forward to `new_base` and rewrites the level of every live job it

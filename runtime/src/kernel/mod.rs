@@ -359,22 +359,10 @@ impl KernelBackend {
         let reg = self.claim(att, ctx, counters)?;
         let (slot, generation) = (reg.slot, reg.generation);
         let s = att.table.slot(slot);
-        // The fast path (see `table`): the node has room, so the policy runs us; we enter the
-        // band ourselves while CLAIMED, the only time before the job's end that we may. After
-        // RUNNABLE the agent is the one writer of this thread's policy.
-        let h = att.table.header();
-        let has_room = h.runnable.fetch_add(1, Ordering::SeqCst) < h.fast_limit.load(Ordering::SeqCst);
-        let fast = !self.park_idle && has_room && sys::set_policy(0, ThreadPolicy::fifo(BAND_PRIORITY)).is_ok();
-        if fast {
-            self.settle(reg.orig);
-        }
-        // `park = "idle"`: the earlier design (start at once above the band, the agent parks
-        // the job at SCHED_IDLE if it must wait), kept for side-by-side measurement.
-        let admitted = match (fast, self.park_idle) {
-            (true, _) => table::SELF_ADMITTED,
-            (false, true) => table::ADMITTED,
-            (false, false) => table::WAITING,
-        };
+        // We may enter the band ourselves now, while CLAIMED, the only time before the job's
+        // end that we may. After RUNNABLE the agent is the one writer of this thread's policy.
+        let admitted = self.admit_self(&att.table, reg.orig);
+        let fast = admitted == table::SELF_ADMITTED;
         s.admitted.store(admitted, Ordering::Relaxed);
         s.word.store(table::pack(generation, table::RUNNABLE), Ordering::SeqCst);
         if fast {
@@ -383,6 +371,29 @@ impl KernelBackend {
             att.table.changed(slot);
         }
         Some(reg)
+    }
+
+    /// Counts the calling thread's job runnable and, on the fast path (see `table`: the
+    /// node has room, so the policy runs it), enters the band by itself. Returns what the
+    /// job's slot records: SELF_ADMITTED on the fast path; else ADMITTED under
+    /// `park = "idle"` (the earlier design, kept for side-by-side measurement: run on above
+    /// the band, the agent parks the job at SCHED_IDLE if it must wait); else WAITING.
+    /// Never enters the band once this process fell back (there is no agent to leave it to).
+    fn admit_self(&self, table: &Table, orig: ThreadPolicy) -> u32 {
+        let h = table.header();
+        let has_room = h.runnable.fetch_add(1, Ordering::SeqCst) < h.fast_limit.load(Ordering::SeqCst);
+        let fast = !self.park_idle
+            && has_room
+            && !self.fell_back()
+            && sys::set_policy(0, ThreadPolicy::fifo(BAND_PRIORITY)).is_ok();
+        if fast {
+            self.settle(orig);
+        }
+        match (fast, self.park_idle) {
+            (true, _) => table::SELF_ADMITTED,
+            (false, true) => table::ADMITTED,
+            (false, false) => table::WAITING,
+        }
     }
 
     /// Sleeps until the agent admits the new job (see `table`, "the admission wait"), a
@@ -481,21 +492,8 @@ impl KernelBackend {
         // (orf preempts at slice ends, the others never), so waiting asleep costs it
         // nothing and spares the agent a demotion of a thread running above the band.
         let table = &reg.att.table;
-        let h = table.header();
-        let has_room = h.runnable.fetch_add(1, Ordering::SeqCst) < h.fast_limit.load(Ordering::SeqCst);
-        let fast = !self.park_idle
-            && has_room
-            && !self.fell_back()
-            && sys::set_policy(0, ThreadPolicy::fifo(BAND_PRIORITY)).is_ok();
-        if fast {
-            self.settle(reg.orig);
-        }
-        let admitted = match (fast, self.park_idle) {
-            (true, _) => table::SELF_ADMITTED,
-            // `park = "idle"`: run on above the band; the agent parks us if it must.
-            (false, true) => table::ADMITTED,
-            (false, false) => table::WAITING,
-        };
+        let admitted = self.admit_self(table, reg.orig);
+        let fast = admitted == table::SELF_ADMITTED;
         let s = table.slot(reg.slot);
         s.admitted.store(admitted, Ordering::Relaxed);
         s.wakes.fetch_add(1, Ordering::SeqCst);
