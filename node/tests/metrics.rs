@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 

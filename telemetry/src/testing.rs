@@ -344,9 +344,20 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let server = std::thread::spawn(move || {
             let (mut conn, _) = listener.accept().unwrap();
-            let mut request = [0u8; 1024];
-            let _ = conn.read(&mut request);
+            // The whole request head first, and the connection half-closed and drained after
+            // the answer: closing with unread request bytes sends a reset, which the client
+            // can see before the answer (a CI run read ConnectionReset here).
+            let mut request = Vec::new();
+            let mut chunk = [0u8; 1024];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&chunk[..n]),
+                }
+            }
             conn.write_all(response.as_bytes()).unwrap();
+            let _ = conn.shutdown(std::net::Shutdown::Write);
+            while matches!(conn.read(&mut chunk), Ok(n) if n > 0) {}
         });
         (addr, server)
     }
