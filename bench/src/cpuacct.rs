@@ -87,8 +87,7 @@ pub fn tree_cpu_ns(pid: u32) -> u64 {
 /// process they started (a pre-forking server's workers do the work; its parent only waits).
 pub fn snapshot(pids: &[u32]) -> CpuSnapshot {
     let machine_busy = machine_busy_ticks().unwrap_or(0);
-    let demo_ns =
-        process_cpu_ns(std::process::id()) + with_descendants(pids).iter().map(|&p| process_cpu_ns(p)).sum::<u64>();
+    let demo_ns = process_cpu_ns(std::process::id()) + pids.iter().map(|&p| tree_cpu_ns(p)).sum::<u64>();
     CpuSnapshot { machine_busy, demo_ns, wall_ns: crate::clock::monotonic_ns() }
 }
 

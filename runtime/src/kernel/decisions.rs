@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use tailor_core::latency::quantile_sorted;
 use tailor_core::policy::adaptive::{Decider, Window};
 use tailor_core::Nanos;
 
@@ -212,8 +213,7 @@ impl Drop for DecisionThread {
 fn log_decision(decider: &Decider, w: &Window) {
     let mut services: Vec<Nanos> = w.services().collect();
     services.sort_unstable();
-    let q = |p: f64| services.get(((services.len() as f64 * p) as usize).min(services.len().saturating_sub(1)));
-    let ms = |ns: Option<&Nanos>| ns.map_or(0.0, |&n| n as f64 / 1e6);
+    let ms = |p: f64| quantile_sorted(&services, p) as f64 / 1e6;
     let ranking: Vec<String> = decider
         .ladder()
         .iter()
@@ -224,9 +224,9 @@ fn log_decision(decider: &Decider, w: &Window) {
         "adaptive c: window {} ({} jobs; CPU per job p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms): replayed p99 ms by capacity [{}]; capacity {}",
         w.seq(),
         w.len(),
-        ms(q(0.5)),
-        ms(q(0.99)),
-        ms(services.last()),
+        ms(0.5),
+        ms(0.99),
+        ms(1.0),
         ranking.join(", "),
         decider.cap()
     );
