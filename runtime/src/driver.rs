@@ -218,7 +218,7 @@ mod tests {
     use tailor_core::PolicySpec;
 
     fn job(id: JobId, gat: Nanos) -> Job {
-        Job { id, gat, deadline: tailor_core::time::NEVER, class: 0 }
+        Job::with_gat(id, gat)
     }
 
     /// The kernel backend rests on this: the successor named for a completion is the job

@@ -372,7 +372,7 @@ mod tests {
     use super::*;
 
     fn job(id: JobId, gat: Nanos) -> Job {
-        Job { id, gat, deadline: NEVER, class: 0 }
+        Job::with_gat(id, gat)
     }
 
     #[test]

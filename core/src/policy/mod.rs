@@ -51,6 +51,14 @@ pub struct Job {
     pub class: u8,
 }
 
+impl Job {
+    /// A job known by its GAT alone: no deadline, class 0 (all `orf`, `gfifo`, `rr` and
+    /// `fair` look at).
+    pub fn with_gat(id: JobId, gat: Nanos) -> Job {
+        Job { id, gat, deadline: crate::time::NEVER, class: 0 }
+    }
+}
+
 /// A scheduling discipline for `n` CPUs, driven by events with time passed in.
 pub trait Policy: Send {
     /// Short name, e.g. `"orf"`.

@@ -223,10 +223,9 @@ impl Policy for RoundRobin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::time::NEVER;
 
     fn job(id: JobId) -> Job {
-        Job { id, gat: 0, deadline: NEVER, class: 0 }
+        Job::with_gat(id, 0)
     }
 
     #[test]

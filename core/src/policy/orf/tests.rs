@@ -1,10 +1,9 @@
 //! Tests of `orf`.
 
 use super::*;
-use crate::time::NEVER;
 
 fn job(id: JobId, gat: Nanos) -> Job {
-    Job { id, gat, deadline: NEVER, class: 0 }
+    Job::with_gat(id, gat)
 }
 
 fn queue(p: &Orf) -> Vec<JobId> {
