@@ -62,8 +62,9 @@ pub struct BenchProxyArgs {
     /// Effect: seeds, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     seeds: Vec<u64>,
-    /// Effect: chains, comma-separated: none (no sidecars), fifo, orf.
-    #[arg(long, value_delimiter = ',', default_value = "none,fifo,orf", value_parser = Sidecars::parse)]
+    /// Effect: chains, comma-separated: none (no sidecars), fifo, orf, orf-chain (orf whose
+    /// first sidecar keeps each request's slot through the chain: `c` requests in it at once).
+    #[arg(long, value_delimiter = ',', default_value = "none,fifo,orf,orf-chain", value_parser = Sidecars::parse)]
     sidecars: Vec<Sidecars>,
     /// Effect: measured requests per run (after the warm-up).
     #[arg(long, default_value_t = 1200)]

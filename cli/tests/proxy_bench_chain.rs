@@ -3,10 +3,11 @@
 //! know nothing of Tailor and only forward `baggage`. Structural facts, not timing: every
 //! request is answered, every tier serves by the GAT the edge stamped (one hop further at
 //! each sidecar), the orf sidecar admits an older waiting request before a younger one
-//! (and gives a request's slot back when the service calls out), and no slot leaks.
+//! (and gives a request's slot back when the service calls out), and no slot leaks; in
+//! the `orf-chain` chain the first sidecar keeps the slot while the tiers behind it work.
 //! Skips, saying why, without Go or python3.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use http::Uri;
@@ -28,19 +29,28 @@ fn wait_for(why: &str, mut what: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-fn the_sidecar_chain_answers_every_request_by_one_gat_and_admits_the_oldest_first() {
-    let out = std::env::temp_dir().join(format!("tailor-proxy-bench-test-{}", std::process::id()));
+/// Starts `sidecars`' chain with one slot at the first tier (so requests queue there) in
+/// a directory of its own; None, after saying why, without Go or python3.
+fn start_chain(test: &str, sidecars: Sidecars) -> Option<(ProxyChain, PathBuf)> {
+    let out = std::env::temp_dir().join(format!("tailor-{test}-{}", std::process::id()));
     let programs = match Programs::prepare(Path::new(env!("CARGO_BIN_EXE_tailor")), &out) {
         Ok(p) => p,
         Err(why) => {
-            eprintln!("SKIP the_sidecar_chain_answers_every_request_by_one_gat_and_admits_the_oldest_first: {why}");
-            return;
+            eprintln!("SKIP {test}: {why}");
+            return None;
         }
     };
-    // One slot at the first tier, so requests queue there.
-    let spec = ChainSpec { sidecars: Sidecars::Orf, c: [1, 2, 2], python_workers: 2, logs: out.join("logs") };
-    let chain = ProxyChain::start(&programs, &spec).unwrap_or_else(|e| panic!("{e}"));
+    let spec = ChainSpec { sidecars, c: [1, 2, 2], python_workers: 2, logs: out.join("logs") };
+    Some((ProxyChain::start(&programs, &spec).unwrap_or_else(|e| panic!("{e}")), out))
+}
+
+#[test]
+fn the_sidecar_chain_answers_every_request_by_one_gat_and_admits_the_oldest_first() {
+    let Some((chain, out)) =
+        start_chain("the_sidecar_chain_answers_every_request_by_one_gat_and_admits_the_oldest_first", Sidecars::Orf)
+    else {
+        return;
+    };
 
     // A client's forged context (an hour old) is replaced at the edge; every tier serves the
     // edge's stamp, one hop further behind each sidecar.
@@ -129,6 +139,49 @@ fn the_sidecar_chain_answers_every_request_by_one_gat_and_admits_the_oldest_firs
         wait_for("every slot given back", || {
             chain.sidecar_metric(tier, "tailor_proxy_in_flight").is_ok_and(|v| v == 0.0)
                 && chain.sidecar_metric(tier, "tailor_proxy_queue_length").is_ok_and(|v| v == 0.0)
+        });
+    }
+    drop(chain);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn the_orf_chain_s_first_sidecar_keeps_a_request_s_slot_until_the_chain_has_answered() {
+    // The first tier's one slot is kept while the tiers behind it serve the request.
+    let Some((chain, out)) = start_chain(
+        "the_orf_chain_s_first_sidecar_keeps_a_request_s_slot_until_the_chain_has_answered",
+        Sidecars::OrfChain,
+    ) else {
+        return;
+    };
+    let first: Uri = format!("http://{}/", chain.sidecar_addrs[0]).parse().expect("uri");
+    let metric = |tier: usize, name: &str| chain.sidecar_metric(tier, name).unwrap_or_else(|e| panic!("{e}"));
+    wait_for("an empty first sidecar", || metric(0, "tailor_proxy_in_flight") == 0.0);
+    let t0 = now_ns();
+    let ctx = |gat: u64| format!("1.g{gat}.c0.k1.h0");
+    let (long, next) = std::thread::scope(|s| {
+        // The long request's work is at the second tier: the first tier has called out.
+        let long = s.spawn(|| chain.trace(&first, &[("tailor-context", &ctx(t0)), ("tailor-demand-us", "0,400000,0")]));
+        wait_for("the long request at the second tier", || metric(1, "tailor_proxy_in_flight") == 1.0);
+        assert_eq!(
+            metric(0, "tailor_proxy_in_flight"),
+            1.0,
+            "the first sidecar gave the slot back when its service called out"
+        );
+        // An older request must wait at the first sidecar until the long one is answered.
+        let next = s.spawn(|| chain.trace(&first, &[("tailor-context", &ctx(t0 - 1_000_000_000))]));
+        wait_for("the next request waiting at the first sidecar", || metric(0, "tailor_proxy_queue_length") == 1.0);
+        assert_eq!(metric(1, "tailor_proxy_in_flight"), 1.0, "the long request left the second tier early");
+        let j = |h: std::thread::ScopedJoinHandle<'_, Result<_, String>>| {
+            h.join().expect("thread").unwrap_or_else(|e| panic!("{e}"))
+        };
+        (j(long), j(next))
+    });
+    assert_eq!((long.len(), next.len()), (TIERS, TIERS), "{long:?} {next:?}");
+    assert!(long[0].seq < next[0].seq, "the waiting request started first: long {long:?}, next {next:?}");
+    for tier in 0..TIERS {
+        wait_for("every slot given back", || {
+            metric(tier, "tailor_proxy_in_flight") == 0.0 && metric(tier, "tailor_proxy_queue_length") == 0.0
         });
     }
     drop(chain);

@@ -124,6 +124,12 @@ pub struct SidecarConfig {
     /// GATs older than this are clamped (a forged or buggy upstream gains at most this much).
     #[serde(default = "default_max_age_ms")]
     pub max_age_ms: u64,
+    /// A request gives its slot back when its service calls out through an egress
+    /// listener (true: `c` bounds the service's own work), or keeps it until its response
+    /// ends (false: `c` bounds the requests in the whole chain below this sidecar, so the
+    /// first sidecar of a chain admits whole requests, oldest GAT first).
+    #[serde(default = "yes")]
+    pub release_on_egress: bool,
     /// How long SIGTERM waits for requests in progress.
     #[serde(default = "default_drain_ms")]
     pub drain_timeout_ms: u64,

@@ -16,6 +16,8 @@ c_max = 256                    #   limit (Vegas, from latency), which never goes
 max_queue = 1024               # waiting requests at most; more are shed (503 / RESOURCE_EXHAUSTED)
 shed_cannot_meet = true        # shed on arrival what would miss its deadline at its queue position
 max_age_ms = 10000             # older GATs are clamped: what a forged context can gain at most
+release_on_egress = true       # a request's slot is given back when the service calls out through
+                               #   [[egress]]; false keeps it to the end (c then bounds the chain below)
 drain_timeout_ms = 10000       # SIGTERM waits this long for requests in progress
 
 # Bounds (the same table on the edge): what a hung upstream, a slow or hostile client may cost.

@@ -41,7 +41,7 @@ pub struct Shared {
 
 /// A request's slot in the service: the gate's ticket and when it was admitted. Given
 /// back exactly once (the `Option` is taken): by the request's first call out through an
-/// egress listener, by the end of its response, or when the request is dropped (failed
+/// egress listener (with `release_on_egress`, the default), by the end of its response, or when the request is dropped (failed
 /// upstream, client gone, cancelled), whichever comes first.
 struct Slot(Mutex<Option<(Ticket, Nanos)>>);
 
@@ -62,7 +62,9 @@ impl Slot {
 /// context, the request's slot is given back: the service now waits on the next tier
 /// instead of using its CPU, and holding the slot for the rest of the chain would let
 /// only `c` requests into the whole chain below it (the simulator's `admit` gate, which
-/// models the sidecar, also covers only the service's own work). Two requests inside at
+/// models the sidecar, also covers only the service's own work). `release_on_egress =
+/// false` keeps that bound on purpose: the chain's first sidecar then admits whole
+/// requests, `c` at a time by GAT (the simulator's `orf` host policy). Two requests inside at
 /// once with one (GAT, hop) are possible only with clamped or forged contexts: the later
 /// one's call-out then releases only its own slot, and the earlier holds its slot until
 /// its response ends.
@@ -221,7 +223,9 @@ pub async fn egress(
     let trust = Trust { keys: None, max_age_ns: config.max_age_ns() };
     let (ctx, how) = headers::inbound(req.headers(), now, trust, &shared.metrics.wire);
     if how == Inbound::Carried {
-        shared.inside.called_out((ctx.gat, ctx.hop as u32));
+        if config.release_on_egress {
+            shared.inside.called_out((ctx.gat, ctx.hop as u32));
+        }
         let key: Option<&Key> = state.loaded.key.as_ref().map(|(k, _)| k);
         headers::write_context(req.headers_mut(), &ctx.child(), key);
     }

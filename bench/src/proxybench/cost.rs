@@ -426,12 +426,11 @@ pub fn tables(r: &CostReport) -> String {
                     v.map_or("-".into(), |v| format!("{v:.0}"))
                 }
             };
-            let rat = |a: Option<f64>, b: Option<f64>| {
-                if t.name == "direct" {
-                    "-".into()
-                } else {
-                    ratio(a.map(|x| x.max(1.0)), b.map(|x| x.max(1.0)))
-                }
+            // A latency added at or below zero is the direct path's own noise, not a cost:
+            // a ratio with it (0.00×, or thousands when nginx's is the one near zero) means nothing.
+            let rat = |a: Option<f64>, b: Option<f64>| match (a, b) {
+                (Some(a), Some(b)) if t.name != "direct" && a > 0.0 && b > 0.0 => ratio(Some(a), Some(b)),
+                _ => "-".into(),
             };
             let _ = writeln!(
                 s,
@@ -448,6 +447,10 @@ pub fn tables(r: &CostReport) -> String {
             );
         }
     }
+    let _ = writeln!(
+        s,
+        "\nAn added-latency ratio is \"-\" where the relay's or nginx's added latency is ≤ 0 µs (within the direct path's own run-to-run noise)."
+    );
     let _ = writeln!(s, "\n| relay | proxy CPU µs/request (open loop) | ÷ nginx | peak req/s ({} connections, per round) | median | ÷ nginx | proxy CPU µs/request at peak | ÷ nginx | failed at peak |", r.connections);
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
     for t in &r.results {
@@ -510,4 +513,54 @@ pub fn verdict(r: &CostReport) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn relay(name: &str, p99_ms: f64) -> TargetResult {
+        TargetResult {
+            name: name.into(),
+            rates: vec![RatePoint { rate: 3000.0, p50_ms: 0.2, p99_ms, requests: 100, failed: 0 }],
+            cpu_per_request_us: None,
+            peak_rps: vec![],
+            peak_rps_median: 0.0,
+            peak_cpu_per_request_us: None,
+            peak_errors: 0,
+        }
+    }
+
+    fn report(results: Vec<TargetResult>) -> CostReport {
+        CostReport {
+            workers: 1,
+            seconds_per_rate: 1.0,
+            rounds: 1,
+            connections: 1,
+            saturate_seconds: 1.0,
+            nginx_version: String::new(),
+            haproxy_version: String::new(),
+            load_average_before: String::new(),
+            load_average_after: String::new(),
+            results,
+            skipped: vec![],
+        }
+    }
+
+    fn added_p99_ratio(table: &str, name: &str) -> String {
+        let row = table.lines().find(|l| l.starts_with(&format!("| {name} |"))).expect("row");
+        row.split('|').map(str::trim).nth(8).expect("added p99 ÷ nginx").to_string()
+    }
+
+    #[test]
+    fn an_added_latency_at_or_below_zero_gets_no_ratio() {
+        // direct 1.0 ms; nginx adds 0.5 ms; one relay adds 0.25 ms, one is faster than direct.
+        let r = report(vec![relay("direct", 1.0), relay("nginx", 1.5), relay("half", 1.25), relay("faster", 0.9)]);
+        let t = tables(&r);
+        assert_eq!(added_p99_ratio(&t, "half"), "0.50×", "{t}");
+        assert_eq!(added_p99_ratio(&t, "faster"), "-", "{t}");
+        // nginx faster than direct: no ratio for anyone.
+        let t = tables(&report(vec![relay("direct", 1.0), relay("nginx", 0.95), relay("half", 1.25)]));
+        assert_eq!(added_p99_ratio(&t, "half"), "-", "{t}");
+    }
 }
