@@ -234,7 +234,7 @@ impl Orf {
     pub fn adaptive(cpus: usize, c_max: usize, slice: Nanos, window: usize) -> Self {
         // The controller starts at its smallest candidate, c = 1: global FCFS.
         let mut p = Orf::new(cpus, 1, slice);
-        p.adapt = Some(Box::new(AdaptiveC::new(cpus, c_max, window)));
+        p.adapt = Some(Box::new(AdaptiveC::new(cpus, c_max, slice, window)));
         p
     }
 
@@ -364,7 +364,7 @@ impl Orf {
         }
         // The controller decides before the freed CPU is given away: deciding after
         // would dispatch a job at the old capacity and mark it an evictee at once.
-        if let Some(cap) = self.adapt.as_mut().and_then(|a| a.left(id, now - slot.since)) {
+        if let Some(cap) = self.adapt.as_mut().and_then(|a| a.left(id, now, now - slot.since)) {
             self.resize_pool(cap);
         }
         self.refill();

@@ -373,6 +373,8 @@ impl<'t> Agent<'t> {
         while !stop.load(Ordering::Relaxed) && !self.table.truncated() {
             h.heartbeat.fetch_add(1, Ordering::Release);
             let bell = h.doorbell.load(Ordering::SeqCst);
+            // orf-adaptive: this pass's CPU, for what a rotation costs (`RotationCost`).
+            let pass_start = self.decisions.is_some().then(|| (thread_cpu_ns(), self.report.rotations));
             let now = monotonic_ns();
             self.scan(now);
             if self.driver.next_tick().is_some_and(|t| t <= now) {
@@ -394,6 +396,9 @@ impl<'t> Agent<'t> {
             }
             self.apply();
             self.publish_successors(now);
+            if let (Some((cpu, rotations)), Some(d)) = (pass_start, &mut self.decisions) {
+                d.rotation_cost.record(self.report.rotations > rotations, thread_cpu_ns().saturating_sub(cpu));
+            }
             self.report.handoffs = h.handoffs.load(Ordering::Relaxed);
             stats.publish(&self.report, self.live.len(), self.driver.waiting(), now);
             if verbose && pace.log_due(now) {

@@ -82,6 +82,8 @@ pub(super) struct DecisionThread {
     dropped: u64,
     /// The `changes` count of the last decision the loop applied.
     applied: u64,
+    /// The agent's passes since the last window offered: what a rotation costs.
+    pub rotation_cost: RotationCost,
     cap: usize,
 }
 
@@ -118,7 +120,15 @@ impl DecisionThread {
             }
             theirs.cpu_ns.store(thread_cpu_ns() - start_cpu, Ordering::Relaxed);
         })?;
-        Ok(DecisionThread { shared, handle: Some(handle), windows: 0, dropped: 0, applied: 0, cap })
+        Ok(DecisionThread {
+            shared,
+            handle: Some(handle),
+            windows: 0,
+            dropped: 0,
+            applied: 0,
+            rotation_cost: RotationCost::default(),
+            cap,
+        })
     }
 
     /// Starts the helper with core's decider.
@@ -162,9 +172,11 @@ impl DecisionThread {
     }
 
     /// One pass of the agent's loop: the window `driver` cut since the last pass goes to
-    /// the helper, and the newest decided `c` to the policy. Returns the capacity applied.
+    /// the helper, with what a rotation cost the agent while it ran (`rotation_cost`), and
+    /// the newest decided `c` to the policy. Returns the capacity applied.
     pub fn exchange(&mut self, driver: &mut Driver, now: Nanos) -> Option<usize> {
-        if let Some(w) = driver.take_window() {
+        if let Some(mut w) = driver.take_window() {
+            w.set_switch_cost(self.rotation_cost.take());
             self.offer(w);
         }
         let cap = self.newest()?;
@@ -208,6 +220,40 @@ impl Drop for DecisionThread {
     }
 }
 
+/// What a rotation costs the node, from the agent's own passes: the agent runs above the
+/// band, so every µs of its CPU is taken from the jobs, and a pass that changes the running
+/// set (one rotation at most) costs more than one that does not. The difference of their
+/// means is the marginal CPU of a rotation: its `sched_setscheduler` calls (about 13 µs on
+/// the 2-CPU test VM) and the scans, wake-ups and bookkeeping that come with them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RotationCost {
+    /// Passes that rotated and their CPU.
+    rotating: (u64, Nanos),
+    /// Passes that did not and their CPU.
+    quiet: (u64, Nanos),
+}
+
+impl RotationCost {
+    /// Notes one pass of the loop: whether it rotated and the CPU it took.
+    pub fn record(&mut self, rotated: bool, cpu: Nanos) {
+        let side = if rotated { &mut self.rotating } else { &mut self.quiet };
+        side.0 += 1;
+        side.1 += cpu;
+    }
+
+    /// The marginal CPU of a rotation over the passes noted since the last call (0 without
+    /// passes of both kinds), and starts afresh.
+    pub fn take(&mut self) -> Nanos {
+        let mean = |(n, cpu): (u64, Nanos)| cpu.checked_div(n);
+        let cost = match (mean(self.rotating), mean(self.quiet)) {
+            (Some(r), Some(q)) => r.saturating_sub(q),
+            _ => 0,
+        };
+        *self = RotationCost::default();
+        cost
+    }
+}
+
 /// One line per decision: what the window held and how each capacity replayed, so an
 /// operator can see why `c` moved or stayed (the replay ranks capacities by pooled p99).
 fn log_decision(decider: &Decider, w: &Window) {
@@ -220,14 +266,23 @@ fn log_decision(decider: &Decider, w: &Window) {
         .zip(decider.pooled_p99s())
         .map(|(cap, p99)| format!("{cap}: {:.2}", *p99 as f64 / 1e6))
         .collect();
+    let f = decider.fidelity();
     tracing::info!(
-        "adaptive c: window {} ({} jobs; CPU per job p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms): replayed p99 ms by capacity [{}]; capacity {}",
+        "adaptive c: window {} ({} jobs; CPU per job p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms; {:.1} µs per rotation): \
+         replayed p99 ms by capacity [{}]; at the capacity that ran ({}) replayed {:.2} ms, measured {:.2} ms \
+         (this window {:.2} / {:.2}); capacity {}",
         w.seq(),
         w.len(),
         ms(0.5),
         ms(0.99),
         ms(1.0),
+        w.switch_cost() as f64 / 1e3,
         ranking.join(", "),
+        f.cap,
+        f.replayed as f64 / 1e6,
+        f.measured as f64 / 1e6,
+        f.window_replayed as f64 / 1e6,
+        f.window_measured as f64 / 1e6,
         decider.cap()
     );
 }
@@ -285,6 +340,23 @@ mod tests {
     /// A helper stuck in a decision does not hold up the loop: offers and polls go on,
     /// windows it cannot take are dropped (counted), and once free it decides the newest
     /// and its decision reaches the loop. Stopping joins the thread (its state is dropped).
+    #[test]
+    fn a_rotation_costs_what_rotating_passes_take_beyond_quiet_ones() {
+        let mut cost = RotationCost::default();
+        assert_eq!(cost.take(), 0, "no passes, no estimate");
+        for _ in 0..3 {
+            cost.record(false, 10_000);
+        }
+        cost.record(true, 40_000);
+        cost.record(true, 60_000);
+        assert_eq!(cost.take(), 40_000, "mean 50 µs against 10 µs");
+        cost.record(true, 60_000);
+        assert_eq!(cost.take(), 0, "taken afresh: no quiet pass to compare with");
+        cost.record(true, 5_000);
+        cost.record(false, 9_000);
+        assert_eq!(cost.take(), 0, "a rotating pass cheaper than a quiet one costs nothing, not less");
+    }
+
     #[test]
     fn a_stuck_decision_never_holds_up_the_loop() {
         let (started_tx, started) = mpsc::channel::<u64>();
