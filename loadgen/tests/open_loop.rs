@@ -78,7 +78,7 @@ fn a_stalled_server_does_not_delay_later_sends() {
         (t0 + Duration::from_millis(600)).saturating_duration_since(Instant::now())
     });
     let intended: Vec<u64> = (0..100).map(|i| i * 2 * MS).collect();
-    let cfg = OpenLoopConfig::new(1000, Duration::from_secs(10));
+    let cfg = OpenLoopConfig::new(1000, Duration::from_secs(120));
     let out = run(&intended, &cfg, fresh_connection(addr)).unwrap();
     assert_eq!(out.records.len(), 100);
     assert!(out.records.iter().all(|r| matches!(r.outcome, Outcome::Done(Some(_)))), "{:?}", out.records);
@@ -103,7 +103,7 @@ fn the_in_flight_cap_bounds_what_reaches_the_server_and_counts_the_rest() {
     let (addr, seen) = serve(|_| Duration::from_millis(400));
     let mut intended: Vec<u64> = (0..20).map(|i| i * MS).collect();
     intended.extend((0..5).map(|i| (900 + i) * MS));
-    let cfg = OpenLoopConfig::new(5, Duration::from_secs(10));
+    let cfg = OpenLoopConfig::new(5, Duration::from_secs(120));
     let out = run(&intended, &cfg, fresh_connection(addr)).unwrap();
     let overflow: Vec<usize> = out.records.iter().filter(|r| r.outcome == Outcome::Overflow).map(|r| r.index).collect();
     assert_eq!(overflow, (5..20).collect::<Vec<_>>());
@@ -125,7 +125,7 @@ fn records_come_back_in_arrival_order_whatever_order_the_answers_do() {
     // The server holds request i for (20 − i) × 10 ms: the last sent is answered first.
     let (addr, _) = serve(|i| Duration::from_millis(10 * 20u64.saturating_sub(i as u64)));
     let intended: Vec<u64> = (0..20).map(|i| i * MS).collect();
-    let out = run(&intended, &OpenLoopConfig::new(100, Duration::from_secs(10)), fresh_connection(addr)).unwrap();
+    let out = run(&intended, &OpenLoopConfig::new(100, Duration::from_secs(120)), fresh_connection(addr)).unwrap();
     for (position, r) in out.records.iter().enumerate() {
         assert_eq!((r.index, r.intended_ns), (position, intended[position]));
         assert_eq!(r.outcome, Outcome::Done(Some(position)), "request {position} got another's answer");
