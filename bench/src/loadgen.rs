@@ -1,10 +1,8 @@
-//! The open-loop HTTP load generator. A dedicated sender thread sleeps until
-//! each request's intended send time and hands it to a tokio runtime that
-//! owns the connections; the sender never waits for a response, and latency
-//! is measured from the intended time, so a slow system cannot slow the
+//! The open-loop HTTP load generator: `tailor-loadgen`'s pacing core sends each request
+//! at its intended time on a keep-alive pool (hyper) and never waits for a response;
+//! latency is measured from the intended time, so a slow system cannot slow the
 //! arrivals down (no coordinated omission).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,8 +13,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tailor_core::Nanos;
+use tailor_loadgen::{Arrival, OpenLoopConfig, Outcome as SendOutcome};
 
-use crate::clock::{monotonic_ns, sleep_until_monotonic, tighten_timer_slack};
 use crate::record::{Outcome, RequestRecord};
 
 /// Request header carrying each tier's CPU demand in µs, e.g. `812,95,2210`.
@@ -57,6 +55,8 @@ pub struct LoadgenConfig {
 pub enum LoadgenError {
     #[error("load generator: cannot start its tokio runtime: {0}")]
     Runtime(std::io::Error),
+    #[error(transparent)]
+    OpenLoop(#[from] tailor_loadgen::OpenLoopError),
     #[error("load generator: plan has {times} send times but {demands} demand lists; give one per request")]
     PlanMismatch { times: usize, demands: usize },
 }
@@ -86,126 +86,63 @@ pub fn run(plan: &Plan, cfg: &LoadgenConfig) -> Result<Vec<RequestRecord>, Loadg
     if plan.intended_ns.len() != plan.demands_us.len() {
         return Err(LoadgenError::PlanMismatch { times: plan.intended_ns.len(), demands: plan.demands_us.len() });
     }
-    // Two workers: the connections' I/O must never be what limits the rate
-    // (`max_rate` measures what this reaches).
-    let rt_priority = cfg.rt_priority;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("tailor-loadgen")
-        .on_thread_start(move || {
-            if let Some(p) = rt_priority {
-                set_fifo_priority(p);
-            }
-        })
-        .enable_all()
-        .build()
-        .map_err(LoadgenError::Runtime)?;
-    let handle = rt.handle().clone();
-    // The sender is a thread of its own (it exits with the run, so the
-    // priority it takes never outlives it).
-    let handles = std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("tailor-loadgen-sender".into())
-            .spawn_scoped(scope, || send_all(plan, cfg, &handle))
-            .expect("spawn the sender thread")
-            .join()
-            .expect("the sender never panics")
-    });
-    let records = rt.block_on(async {
-        let mut out = Vec::with_capacity(handles.len());
-        for h in handles {
-            out.push(match h {
-                Ok(join) => join.await.expect("a request task never panics"),
-                Err(dropped) => dropped,
-            });
-        }
-        out
-    });
-    Ok(records)
-}
-
-type Pending = Result<tokio::task::JoinHandle<RequestRecord>, RequestRecord>;
-
-/// The sender loop: sleeps until each intended time, then hands the request to the runtime.
-fn send_all(plan: &Plan, cfg: &LoadgenConfig, rt: &tokio::runtime::Handle) -> Vec<Pending> {
-    if let Some(p) = cfg.rt_priority {
-        set_fifo_priority(p);
-    }
+    let open = OpenLoopConfig { rt_priority: cfg.rt_priority, ..OpenLoopConfig::new(cfg.max_in_flight, cfg.timeout) };
     let client = http_client();
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    tighten_timer_slack();
-    let start = monotonic_ns();
-    let mut handles = Vec::with_capacity(plan.intended_ns.len());
-    for (i, (&intended, demands)) in plan.intended_ns.iter().zip(&plan.demands_us).enumerate() {
-        sleep_until_monotonic(start + intended);
-        let record = RequestRecord {
-            id: i as u64,
-            intended_ns: intended,
-            sent_ns: 0,
-            done_ns: 0,
-            status: 0,
-            outcome: Outcome::Dropped,
-            demands_us: demands.clone(),
-            gat_ns: 0,
-            tiers_seen: 0,
-            gat_consistent: false,
-        };
-        if in_flight.load(Ordering::Relaxed) >= cfg.max_in_flight {
-            handles.push(Err(record));
-            continue;
-        }
-        in_flight.fetch_add(1, Ordering::Relaxed);
-        let fut = one_request(client.clone(), cfg.uri.clone(), record, start, cfg.timeout, in_flight.clone());
-        handles.push(Ok(rt.spawn(fut)));
-    }
-    handles
+    let uri = cfg.uri.clone();
+    let demand_headers: Arc<Vec<String>> = Arc::new(
+        plan.demands_us.iter().map(|d| d.iter().map(|us| us.to_string()).collect::<Vec<_>>().join(",")).collect(),
+    );
+    let sent = tailor_loadgen::run(&plan.intended_ns, &open, move |a: Arrival| {
+        let request = Request::get(uri.clone())
+            .header(DEMAND_HEADER, demand_headers[a.index].as_str())
+            .header(REQUEST_ID_HEADER, a.index as u64)
+            .body(Full::new(Bytes::new()))
+            .expect("static method, valid uri and ASCII headers");
+        one_request(client.clone(), request)
+    })?;
+    Ok(sent
+        .records
+        .into_iter()
+        .map(|r| {
+            let demands = &plan.demands_us[r.index];
+            to_record(r, demands)
+        })
+        .collect())
 }
 
-/// Puts the calling thread in SCHED_FIFO at `priority`; failure (no
-/// CAP_SYS_NICE) leaves it as it was, which only makes the generator weaker.
-fn set_fifo_priority(priority: i32) {
-    let param = libc::sched_param { sched_priority: priority };
-    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-    if rc != 0 {
-        tracing::warn!(error = %std::io::Error::last_os_error(), "load generator cannot take SCHED_FIFO {priority}");
-    }
-}
-
+/// One request on the pool; the response head once the whole body has arrived.
 async fn one_request(
     client: Client<HttpConnector, Full<Bytes>>,
-    uri: Uri,
-    mut record: RequestRecord,
-    start: Nanos,
-    timeout: Duration,
-    in_flight: Arc<AtomicUsize>,
-) -> RequestRecord {
-    let demands: Vec<String> = record.demands_us.iter().map(|d| d.to_string()).collect();
-    let request = Request::get(uri)
-        .header(DEMAND_HEADER, demands.join(","))
-        .header(REQUEST_ID_HEADER, record.id)
-        .body(Full::new(Bytes::new()))
-        .expect("static method, valid uri and ASCII headers");
-    record.sent_ns = monotonic_ns() - start;
-    let result = tokio::time::timeout(timeout, async {
-        let response = client.request(request).await?;
-        let (parts, body) = response.into_parts();
-        body.collect().await.map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)?;
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(parts)
-    })
-    .await;
-    record.done_ns = monotonic_ns() - start;
-    in_flight.fetch_sub(1, Ordering::Relaxed);
-    match result {
-        Err(_) => {
-            record.outcome = Outcome::Timeout;
-            record.done_ns = 0;
-        }
-        Ok(Err(_)) => {
-            record.outcome = Outcome::Transport;
-            record.done_ns = 0;
-        }
-        Ok(Ok(parts)) => {
+    request: Request<Full<Bytes>>,
+) -> Result<http::response::Parts, Box<dyn std::error::Error + Send + Sync>> {
+    let response = client.request(request).await?;
+    let (parts, body) = response.into_parts();
+    body.collect().await?;
+    Ok(parts)
+}
+
+type Answer = Result<http::response::Parts, Box<dyn std::error::Error + Send + Sync>>;
+
+/// The pacing core's record as the benchmark keeps it (status, GATs the tiers saw).
+fn to_record(sent: tailor_loadgen::Record<Answer>, demands_us: &[u32]) -> RequestRecord {
+    let mut record = RequestRecord {
+        id: sent.index as u64,
+        intended_ns: sent.intended_ns,
+        sent_ns: sent.sent_ns,
+        done_ns: 0,
+        status: 0,
+        outcome: Outcome::Dropped,
+        demands_us: demands_us.to_vec(),
+        gat_ns: 0,
+        tiers_seen: 0,
+        gat_consistent: false,
+    };
+    match sent.outcome {
+        SendOutcome::Overflow => {}
+        SendOutcome::TimedOut => record.outcome = Outcome::Timeout,
+        SendOutcome::Done(Err(_)) => record.outcome = Outcome::Transport,
+        SendOutcome::Done(Ok(parts)) => {
+            record.done_ns = sent.done_ns;
             record.status = parts.status.as_u16();
             record.outcome = if parts.status.is_success() { Outcome::Ok } else { Outcome::HttpError };
             if let Some(seen) = parts.headers.get(SEEN_GAT_HEADER).and_then(|v| v.to_str().ok()) {

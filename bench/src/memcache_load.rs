@@ -6,13 +6,13 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tailor_core::Nanos;
+use tailor_loadgen::{Arrival, OpenLoopConfig, Outcome as SendOutcome};
 
-use crate::clock::{monotonic_ns, sleep_until_monotonic, tighten_timer_slack};
+use crate::clock::monotonic_ns;
 use crate::record::{Outcome, RequestRecord};
 
 /// The key every request reads (set once before the run).
@@ -25,78 +25,74 @@ pub struct MemcacheConfig {
     pub addr: SocketAddr,
     /// Connections the requests are spread over, round robin.
     pub connections: usize,
-    /// A request due while this many are outstanding on its connection is recorded as dropped.
+    /// Requests outstanding per connection (the cap is this times `connections`, over all of
+    /// them; round robin spreads them evenly); one due beyond it is recorded as dropped.
     pub max_in_flight_per_connection: usize,
-    /// How long to wait for the last responses after the last send.
-    pub drain: Duration,
+    /// A request without its answer this long after its send is a timeout.
+    pub timeout: Duration,
 }
 
-/// Requests in flight on one connection, oldest first (memcached answers in order).
-type InFlight = Arc<Mutex<VecDeque<usize>>>;
+/// One pipelined connection: its writer, and the requests in flight on it oldest first
+/// (memcached answers in order), each with where its answer's arrival time goes. The reader
+/// takes only the queue's lock, so a writer blocked on a full socket never stops it reading.
+struct Connection {
+    writer: Mutex<TcpStream>,
+    in_flight: Mutex<VecDeque<tokio::sync::oneshot::Sender<Nanos>>>,
+}
 
 /// Sends one `get` per intended time and returns one record per request, in order.
 pub fn run(intended_ns: &[Nanos], cfg: &MemcacheConfig) -> std::io::Result<Vec<RequestRecord>> {
     set_value(cfg.addr)?;
-    let n = intended_ns.len();
-    let sent: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
-    let done: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
-    let mut writers = Vec::new();
-    let mut queues: Vec<InFlight> = Vec::new();
+    let mut connections: Vec<Arc<Connection>> = Vec::new();
     let mut readers = Vec::new();
-    let start = monotonic_ns();
     for _ in 0..cfg.connections.max(1) {
         let stream = TcpStream::connect(cfg.addr)?;
         stream.set_nodelay(true)?;
-        let queue: InFlight = Arc::default();
-        let (reader_stream, q, done) = (stream.try_clone()?, queue.clone(), done.clone());
-        readers.push(std::thread::spawn(move || read_responses(reader_stream, &q, &done, start)));
-        writers.push(stream);
-        queues.push(queue);
+        let connection = Arc::new(Connection { writer: Mutex::new(stream.try_clone()?), in_flight: Mutex::default() });
+        let c = connection.clone();
+        readers.push(std::thread::spawn(move || read_responses(stream, &c)));
+        connections.push(connection);
     }
-    tighten_timer_slack();
+    let open = OpenLoopConfig::new(cfg.max_in_flight_per_connection * connections.len(), cfg.timeout);
     let request = format!("get {KEY}\r\n");
-    let mut dropped = vec![false; n];
-    for (i, &t) in intended_ns.iter().enumerate() {
-        sleep_until_monotonic(start + t);
-        let c = i % writers.len();
-        {
-            let mut q = queues[c].lock().expect("no reader panics holding it");
-            if q.len() >= cfg.max_in_flight_per_connection {
-                dropped[i] = true;
-                continue;
-            }
-            q.push_back(i);
+    let writers = connections.clone();
+    let sent = tailor_loadgen::run(intended_ns, &open, move |a: Arrival| {
+        let (answered_tx, answered) = tokio::sync::oneshot::channel();
+        let c = &writers[a.index % writers.len()];
+        let written = {
+            // Queued and written under the writer's lock, so the queue's order is the wire's.
+            let mut writer = c.writer.lock().expect("no panics holding it");
+            c.in_flight.lock().expect("no panics holding it").push_back(answered_tx);
+            writer.write_all(request.as_bytes())
+        };
+        async move {
+            written.ok()?;
+            answered.await.ok()
         }
-        sent[i].store(monotonic_ns() - start, Ordering::Relaxed);
-        if writers[c].write_all(request.as_bytes()).is_err() {
-            break;
-        }
-    }
-    // Wait for the stragglers, then close so the readers end.
-    let deadline = monotonic_ns() + cfg.drain.as_nanos() as Nanos;
-    while monotonic_ns() < deadline && queues.iter().any(|q| !q.lock().expect("no panics").is_empty()) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    for w in &writers {
-        let _ = w.shutdown(std::net::Shutdown::Both);
+    })
+    .map_err(std::io::Error::other)?;
+    // Close so the readers end.
+    for c in &connections {
+        let _ = c.writer.lock().expect("no panics holding it").shutdown(std::net::Shutdown::Both);
     }
     for r in readers {
         let _ = r.join();
     }
-    Ok((0..n)
-        .map(|i| {
-            let done_ns = done[i].load(Ordering::Relaxed);
-            let outcome = if dropped[i] {
-                Outcome::Dropped
-            } else if done_ns > 0 {
-                Outcome::Ok
-            } else {
-                Outcome::Timeout
+    Ok(sent
+        .records
+        .into_iter()
+        .map(|r| {
+            let (outcome, done_ns) = match r.outcome {
+                SendOutcome::Overflow => (Outcome::Dropped, 0),
+                SendOutcome::TimedOut => (Outcome::Timeout, 0),
+                SendOutcome::Done(None) => (Outcome::Transport, 0),
+                // The reader's clock reading when the answer arrived, on the run's time line.
+                SendOutcome::Done(Some(at)) => (Outcome::Ok, at.saturating_sub(sent.start_ns).max(1)),
             };
             RequestRecord {
-                id: i as u64,
-                intended_ns: intended_ns[i],
-                sent_ns: sent[i].load(Ordering::Relaxed),
+                id: r.index as u64,
+                intended_ns: r.intended_ns,
+                sent_ns: r.sent_ns,
                 done_ns,
                 status: if outcome == Outcome::Ok { 200 } else { 0 },
                 outcome,
@@ -123,8 +119,8 @@ fn set_value(addr: SocketAddr) -> std::io::Result<()> {
 }
 
 /// Reads `get` responses (`VALUE …` / data / `END`, or `END` for a miss) in order; each `END`
-/// completes the oldest request in flight on this connection.
-fn read_responses(stream: TcpStream, queue: &Mutex<VecDeque<usize>>, done: &[AtomicU64], start: Nanos) {
+/// answers the oldest request in flight on this connection with the time it arrived.
+fn read_responses(stream: TcpStream, connection: &Connection) {
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
     loop {
@@ -134,9 +130,10 @@ fn read_responses(stream: TcpStream, queue: &Mutex<VecDeque<usize>>, done: &[Ato
             Ok(_) => {}
         }
         if line == "END\r\n" {
-            let now = monotonic_ns() - start;
-            if let Some(i) = queue.lock().expect("no panics holding it").pop_front() {
-                done[i].store(now.max(1), Ordering::Relaxed);
+            let now = monotonic_ns();
+            if let Some(answered) = connection.in_flight.lock().expect("no panics holding it").pop_front() {
+                // A request that timed out no longer listens; its answer is dropped.
+                let _ = answered.send(now);
             }
         }
     }

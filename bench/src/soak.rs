@@ -360,7 +360,7 @@ pub fn run_fanout(s: &FanoutSoak, mut say: impl FnMut(&str)) -> Result<SoakRepor
                 max_in_flight: 50_000,
                 sequential: None,
             };
-            let r = loadgen::run(handler.clone(), timer.clone(), &spec).await;
+            let r = loadgen::run(handler.clone(), &spec).await.map_err(|e| tailor_fanout::Error::Io(e.to_string()))?;
             // Every query against its own class's SLO: the worst class decides (p99 / SLO × the
             // first class's SLO would hide which); p99 of all queries for the table.
             let mut all: Vec<Nanos> = r.groups.values().flat_map(|g| g.latencies_ns.iter().copied()).collect();

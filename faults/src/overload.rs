@@ -1,14 +1,14 @@
-//! The sidecar in front of a real upstream at twice its capacity: open-loop arrivals (a
-//! pacing thread sends each request at its time, whatever the answers do), every request
+//! The sidecar in front of a real upstream at twice its capacity: open-loop arrivals
+//! (`tailor-loadgen` sends each request at its time, whatever the answers do), every request
 //! with a deadline (`grpc-timeout`). Measured: the upstream's capacity alone, goodput
 //! (answers within their deadline per second) during the overload, what was shed and why,
 //! the proxy's peak RSS, and the p99 of admitted requests before and after the overload.
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tailor_loadgen::{OpenLoopConfig, Outcome};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::proxyproc::{Proxy, Role, Upstream};
@@ -139,7 +139,7 @@ async fn one(addr: SocketAddr, budget_ms: u64) -> (u16, Option<usize>) {
         s.read_to_end(&mut buf).await?;
         Ok::<_, std::io::Error>(buf)
     };
-    let Ok(Ok(buf)) = tokio::time::timeout(Duration::from_secs(30), attempt).await else { return (0, None) };
+    let Ok(buf) = attempt.await else { return (0, None) };
     let head = String::from_utf8_lossy(&buf);
     let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let shed = head
@@ -149,39 +149,38 @@ async fn one(addr: SocketAddr, budget_ms: u64) -> (u16, Option<usize>) {
     (status, shed)
 }
 
+/// Requests outstanding at once (each holds a connection); one due beyond it is not sent and
+/// counts as `other`. Far above what the documented run keeps in flight.
+const MAX_IN_FLIGHT: usize = 10_000;
+
 /// Sends at the given rates (requests per second, for how long) one phase after the other,
-/// open loop; every request's outcome.
+/// open loop (`tailor-loadgen`'s pacing); every request's outcome, in send order.
 fn open_loop(addr: SocketAddr, budget_ms: u64, phases: &[(f64, Duration)]) -> Vec<Sent> {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio");
-    let results = Arc::new(Mutex::new(Vec::new()));
-    let start = Instant::now();
-    let mut handles = Vec::new();
+    let mut intended = Vec::new();
     let mut phase_start = Duration::ZERO;
     for &(rate, length) in phases {
         let gap = Duration::from_secs_f64(1.0 / rate);
         let mut at = phase_start;
         while at < phase_start + length {
-            if let Some(wait) = (start + at).checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
-            let results = results.clone();
-            handles.push(rt.spawn(async move {
-                let (status, shed) = one(addr, budget_ms).await;
-                let latency = (start.elapsed()).saturating_sub(at);
-                results.lock().unwrap_or_else(|p| p.into_inner()).push(Sent { at, latency, status, shed });
-            }));
+            intended.push(at.as_nanos() as u64);
             at += gap;
         }
         phase_start += length;
     }
-    rt.block_on(async {
-        for h in handles {
-            let _ = h.await;
-        }
-    });
-    let mut v = std::mem::take(&mut *results.lock().unwrap_or_else(|p| p.into_inner()));
-    v.sort_by_key(|s| s.at);
-    v
+    let cfg = OpenLoopConfig::new(MAX_IN_FLIGHT, Duration::from_secs(30));
+    let run = tailor_loadgen::run(&intended, &cfg, move |_| one(addr, budget_ms))
+        .expect("the schedule ascends and a tokio runtime starts");
+    run.records
+        .into_iter()
+        .map(|r| {
+            let (status, shed) = match r.outcome {
+                Outcome::Done(answer) => answer,
+                Outcome::TimedOut | Outcome::Overflow => (0, None),
+            };
+            let latency = Duration::from_nanos(r.done_ns.saturating_sub(r.intended_ns));
+            Sent { at: Duration::from_nanos(r.intended_ns), latency, status, shed }
+        })
+        .collect()
 }
 
 /// The upstream's own capacity: `2 × workers` closed-loop clients straight at it for 1 s.

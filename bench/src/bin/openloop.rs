@@ -60,7 +60,7 @@ fn run(args: &[String]) -> Result<(), String> {
             addr: target.parse().map_err(|e| format!("{target}: not HOST:PORT ({e})"))?,
             connections: get(&f, "connections", Some(4usize))?,
             max_in_flight_per_connection: 1024,
-            drain: Duration::from_secs(2),
+            timeout: Duration::from_secs(2),
         };
         memcache_load::run(&intended, &cfg).map_err(|e| format!("memcached {target}: {e}"))?
     };

@@ -3,22 +3,25 @@
 //! Arrivals follow a precomputed Poisson schedule and never wait for
 //! responses; each query's latency runs from its *intended* send time, so a
 //! slow handler cannot hide queueing (no coordinated omission). Sends are
-//! timed by the [`PreciseTimer`], not tokio's 1 ms wheel. At most
+//! paced by `tailor-loadgen`'s sender thread, not tokio's 1 ms wheel. At most
 //! `max_in_flight` queries are outstanding; arrivals beyond that are counted
 //! as dropped rather than queued without bound.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use tailor_core::rng::Rng;
 use tailor_core::tailguard::BudgetSplit;
 use tailor_core::time::Nanos;
+use tailor_loadgen::{run_in_current_runtime, Arrival, OpenLoopConfig, OpenLoopError, Outcome as SendOutcome};
 
-use crate::clock::wall_ns;
+use crate::clock::{monotonic_ns, wall_ns};
 use tailor_fanout::handler::{Handler, QueryError, QuerySpec, TaskTrace};
-use tailor_fanout::timer::PreciseTimer;
+
+/// How long after the run's end a query still unanswered counts as an error (a hang: the
+/// handler's tasks have deadlines far shorter).
+const HANG_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What queries look like: classes and fan-outs with their weights.
 #[derive(Clone, Debug)]
@@ -132,19 +135,44 @@ impl RunReport {
     }
 }
 
-/// Drives `handler` open-loop for `spec.warmup + spec.measure`, then waits for the last responses.
-pub async fn run(handler: Arc<Handler>, timer: Arc<PreciseTimer>, spec: &RunSpec) -> RunReport {
-    let report = Arc::new(Mutex::new(RunReport::default()));
-    let in_flight = Arc::new(AtomicU64::new(0));
+/// One query of the schedule, drawn before the run from the arrival stream.
+struct Query {
+    intended_ns: Nanos,
+    class: u8,
+    /// The fan-out (for sequential requests, the sum of theirs).
+    fanout: u32,
+    /// The query's own draws (servers, work): the same seed and load give every scheme the
+    /// same queries.
+    seed: u64,
+}
+
+/// The Poisson schedule of `spec`: arrival times from 0 with their classes, fan-outs and seeds.
+fn schedule(spec: &RunSpec) -> Vec<Query> {
     let mut rng = Rng::new(spec.seed);
-    let start = Instant::now() + Duration::from_millis(5);
-    // Wall clock of `start`, to place intended send times on the handler's clock.
-    let start_wall = wall_ns() + 5_000_000;
-    let end = start + spec.warmup + spec.measure;
-    let measure_from = start + spec.warmup;
+    let end_ns = (spec.warmup + spec.measure).as_nanos() as Nanos;
     let mean_gap_ns = 1e9 / spec.rate_qps;
-    let mut t = start;
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut t = 0;
+    let mut queries = Vec::new();
+    loop {
+        t += rng.exp(mean_gap_ns) as Nanos;
+        if t >= end_ns {
+            return queries;
+        }
+        let class = Mix::draw(spec.mix.class_weights.iter().copied(), &mut rng) as u8;
+        let ks = &spec.mix.fanouts[class as usize];
+        let mut fanout = ks[Mix::draw(ks.iter().map(|f| f.1), &mut rng)].0;
+        let seed = rng.next_u64();
+        if let Some((ks, _)) = &spec.sequential {
+            fanout = ks.iter().sum();
+        }
+        queries.push(Query { intended_ns: t, class, fanout, seed });
+    }
+}
+
+/// Drives `handler` open-loop for `spec.warmup + spec.measure`, then waits for the last
+/// responses. The queries run as tasks of the runtime this is awaited in, where the
+/// handler lives; `tailor-loadgen`'s sender thread starts each at its time.
+pub async fn run(handler: Arc<Handler>, spec: &RunSpec) -> Result<RunReport, OpenLoopError> {
     if let Some((ks, split)) = &spec.sequential {
         // Plan every request shape before the first arrival, so no request
         // computes one (they would otherwise wait for the first plan). Errors
@@ -153,78 +181,66 @@ pub async fn run(handler: Arc<Handler>, timer: Arc<PreciseTimer>, spec: &RunSpec
             let _ = handler.prepare_request(class, ks, *split);
         }
     }
-    loop {
-        t += Duration::from_nanos(rng.exp(mean_gap_ns) as u64);
-        if t >= end {
-            break;
-        }
-        let class = Mix::draw(spec.mix.class_weights.iter().copied(), &mut rng) as u8;
-        let ks = &spec.mix.fanouts[class as usize];
-        let mut fanout = ks[Mix::draw(ks.iter().map(|f| f.1), &mut rng)].0;
-        // The query's own draws (servers, work), from the arrival stream: the
-        // same seed and load give every scheme the same queries.
-        let query_seed = rng.next_u64();
-        let sequential = spec.sequential.clone();
-        if let Some((ks, _)) = &sequential {
-            fanout = ks.iter().sum();
-        }
-        timer.sleep_until(t).await;
-        let measured = t >= measure_from;
-        if measured {
-            let mut r = report.lock().expect("report poisoned");
-            r.offered += 1;
-            r.tasks_offered += fanout as u64;
-        }
-        if in_flight.load(Ordering::Relaxed) >= spec.max_in_flight {
-            if measured {
-                report.lock().expect("report poisoned").dropped += 1;
-            }
-            continue;
-        }
-        in_flight.fetch_add(1, Ordering::Relaxed);
-        let (h, rep, fl) = (handler.clone(), report.clone(), in_flight.clone());
-        let intended = t;
-        let sent_ns = t.duration_since(start).as_nanos() as Nanos;
-        let intended_wall = start_wall + sent_ns;
-        tasks.spawn(async move {
+    let queries = Arc::new(schedule(spec));
+    let intended: Vec<Nanos> = queries.iter().map(|q| q.intended_ns).collect();
+    // The handler waits for every query (its tasks have deadlines); the timeout only
+    // guards against a hang.
+    let cfg = OpenLoopConfig {
+        // As the fan-out timer thread: a real-time sender, if allowed, so busy
+        // processes on the machine do not make it send late.
+        rt_priority: Some(10),
+        ..OpenLoopConfig::new(spec.max_in_flight as usize, spec.warmup + spec.measure + HANG_TIMEOUT)
+    };
+    // Wall clock minus monotonic clock: places intended send times on the handler's clock.
+    let wall_offset = wall_ns() as i64 - monotonic_ns() as i64;
+    let (sequential, planned) = (spec.sequential.clone(), queries.clone());
+    let sent = run_in_current_runtime(intended, &cfg, move |a: Arrival| {
+        let (h, sequential) = (handler.clone(), sequential.clone());
+        let q = &planned[a.index];
+        let (class, fanout, seed) = (q.class, q.fanout, q.seed);
+        async move {
             let res = match &sequential {
-                None => h.query(QuerySpec { class, fanout, slo_ns: None, seed: Some(query_seed) }).await.map(Some),
+                None => h.query(QuerySpec { class, fanout, slo_ns: None, seed: Some(seed) }).await.map(Some),
                 Some((ks, split)) => h.request(class, ks, *split).await.map(|_| None),
             };
-            let done_wall = wall_ns();
-            let group = if sequential.is_some() { 0 } else { fanout };
-            let latency = intended.elapsed().as_nanos() as Nanos;
-            fl.fetch_sub(1, Ordering::Relaxed);
-            if !measured {
-                return;
+            (res, wall_ns())
+        }
+    })
+    .await?;
+    let measure_from = spec.warmup.as_nanos() as Nanos;
+    let mut r = RunReport::default();
+    for (record, q) in sent.records.into_iter().zip(queries.iter()) {
+        if q.intended_ns < measure_from {
+            continue;
+        }
+        r.offered += 1;
+        r.tasks_offered += q.fanout as u64;
+        let group = if spec.sequential.is_some() { 0 } else { q.fanout };
+        let latency = record.latency_ns();
+        match record.outcome {
+            SendOutcome::Overflow => r.dropped += 1,
+            SendOutcome::Done((Err(QueryError::Rejected { .. } | QueryError::WouldMiss { .. }), _)) => {
+                r.groups.entry((q.class, group)).or_default().rejected += 1
             }
-            let mut r = rep.lock().expect("report poisoned");
-            match res {
-                Ok(outcome) => {
-                    r.tasks_admitted += fanout as u64;
-                    let g = r.groups.entry((class, group)).or_default();
-                    g.latencies_ns.push(latency);
-                    g.sent_ns.push(sent_ns);
-                    if let Some(o) = outcome {
-                        g.traces.push(QueryTrace {
-                            latency_ns: latency,
-                            start_late_ns: o.t0_wall as i64 - intended_wall as i64,
-                            to_send_ns: o.slowest.sent_at as i64 - o.t0_wall as i64,
-                            slowest: o.slowest,
-                            merge_ns: done_wall as i64 - o.slowest.received_at as i64,
-                        });
-                    }
+            SendOutcome::Done((Err(_), _)) | SendOutcome::TimedOut => r.errors += 1,
+            SendOutcome::Done((Ok(outcome), done_wall)) => {
+                let latency = latency.expect("a finished query has a latency");
+                r.tasks_admitted += q.fanout as u64;
+                let g = r.groups.entry((q.class, group)).or_default();
+                g.latencies_ns.push(latency);
+                g.sent_ns.push(q.intended_ns);
+                if let Some(o) = outcome {
+                    let intended_wall = (sent.start_ns + q.intended_ns) as i64 + wall_offset;
+                    g.traces.push(QueryTrace {
+                        latency_ns: latency,
+                        start_late_ns: o.t0_wall as i64 - intended_wall,
+                        to_send_ns: o.slowest.sent_at as i64 - o.t0_wall as i64,
+                        slowest: o.slowest,
+                        merge_ns: done_wall as i64 - o.slowest.received_at as i64,
+                    });
                 }
-                Err(QueryError::Rejected { .. } | QueryError::WouldMiss { .. }) => {
-                    r.groups.entry((class, group)).or_default().rejected += 1
-                }
-                Err(_) => r.errors += 1,
             }
-        });
-        // Reap finished ones so the set stays as small as what is in flight.
-        while tasks.try_join_next().is_some() {}
+        }
     }
-    while tasks.join_next().await.is_some() {}
-    let r = report.lock().expect("report poisoned").clone();
-    r
+    Ok(r)
 }

@@ -238,8 +238,9 @@ pub fn run_real_with(
             sequential: sequential.clone(),
         };
         timer.reset_lateness();
-        let report = loadgen::run(handler.clone(), timer.clone(), &spec).await;
+        let report = loadgen::run(handler.clone(), &spec).await;
         refresher.abort();
+        let report = report.map_err(|e| tailor_fanout::Error::Io(e.to_string()))?;
         let tasks = handler.stats.tasks.load(std::sync::atomic::Ordering::Relaxed).max(1);
         let missed = handler.stats.tasks_missed.load(std::sync::atomic::Ordering::Relaxed);
         let mut p = Probe {
