@@ -49,21 +49,21 @@ fn default_scenario_sweep_writes_csv_and_svg() {
     let out = tailor(&["sim", "--requests", "1500", "--warmup", "100", "--out", dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    for policy in ["orf(c=6,slice=30us)", "rr(slice=30us)", "fair(", "fifo"] {
+    for policy in ["orf(c=adaptive<=64", "orf(c=6,slice=30us)", "rr(slice=30us)", "fair(", "fifo"] {
         assert!(stdout.contains(policy), "table lacks {policy}:\n{stdout}");
     }
     let csv = std::fs::read_to_string(dir.join("sweep.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 1 + 4 * 4, "header + 4 policies x 4 loads:\n{csv}");
+    assert_eq!(csv.lines().count(), 1 + 5 * 4, "header + 5 policies x 4 loads:\n{csv}");
     let svg = std::fs::read_to_string(dir.join("p99.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("polyline") && svg.trim_end().ends_with("</svg>"));
     let legend = tailor_sim::plot::legend_entries(&svg).expect("a legend");
-    assert_eq!(legend.len(), 4, "each policy once: {legend:?}");
-    // stderr is a pipe here: one plain progress line per finished point (4 policies × 4
+    assert_eq!(legend.len(), 5, "each policy once: {legend:?}");
+    // stderr is a pipe here: one plain progress line per finished point (5 policies × 4
     // loads), with an ETA and no terminal control sequences.
     let err = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("points: [")).collect();
-    assert_eq!(lines.len(), 16, "{err}");
-    assert!(lines.last().unwrap().starts_with("points: [16/16]") && lines[0].contains("ETA"), "{err}");
+    assert_eq!(lines.len(), 20, "{err}");
+    assert!(lines.last().unwrap().starts_with("points: [20/20]") && lines[0].contains("ETA"), "{err}");
     assert!(!err.contains('\u{1b}'), "escape codes in non-tty output: {err:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
