@@ -10,18 +10,20 @@
 //! "grpc-timeout"). Neither direction is on by default: a Tailor deadline is a queuing
 //! deadline, and a gRPC peer cancels a call whose timeout passes.
 
+use std::future::Future;
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll};
 
 use http::header::HeaderValue;
 use http::Request;
 use tailor_core::time::NEVER;
 use tailor_core::wire::{self, grpc_timeout, WireStats};
 use tailor_core::Context;
+use tokio::task::futures::TaskLocalFuture;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::cpu::realtime_ns;
+use crate::http::middleware::{RequestRule, RuleService};
 use crate::http::ContextLayer;
 
 /// Server side, inside [`ContextLayer`]: a request that arrives at a hop with no Tailor
@@ -47,30 +49,13 @@ impl DeadlineFromTimeoutLayer {
 impl<S> Layer<S> for DeadlineFromTimeoutLayer {
     type Service = DeadlineFromTimeout<S>;
     fn layer(&self, inner: S) -> DeadlineFromTimeout<S> {
-        DeadlineFromTimeout { inner, stats: self.stats.clone() }
+        RuleService::new(inner, self.clone())
     }
 }
 
-/// The service [`DeadlineFromTimeoutLayer`] makes.
-#[derive(Clone)]
-pub struct DeadlineFromTimeout<S> {
-    inner: S,
-    stats: Arc<WireStats>,
-}
-
-impl<S, B> Service<Request<B>> for DeadlineFromTimeout<S>
-where
-    S: Service<Request<B>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = tokio::task::futures::TaskLocalFuture<Context, S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+impl RequestRule for DeadlineFromTimeoutLayer {
+    type Future<F: Future> = TaskLocalFuture<Context, F>;
+    fn call<B, S: Service<Request<B>>>(&self, inner: &mut S, mut req: Request<B>) -> Self::Future<S::Future> {
         let now = realtime_ns();
         let mut ctx =
             req.extensions().get::<Context>().copied().or_else(crate::current).unwrap_or(Context::stamped(now));
@@ -88,9 +73,12 @@ where
             }
         }
         // Re-scoped so that `current()` (and so `InjectLayer`) sees the deadline too.
-        crate::current::scope_future(ctx, self.inner.call(req))
+        crate::current::scope_future(ctx, inner.call(req))
     }
 }
+
+/// The service [`DeadlineFromTimeoutLayer`] makes.
+pub type DeadlineFromTimeout<S> = RuleService<S, DeadlineFromTimeoutLayer>;
 
 /// Client side, opt-in: calls made while serving a request with a deadline carry the
 /// time left as `grpc-timeout`, so the callee (and tonic's channel) gives up when the
@@ -102,29 +90,13 @@ pub struct TimeoutFromDeadlineLayer;
 impl<S> Layer<S> for TimeoutFromDeadlineLayer {
     type Service = TimeoutFromDeadline<S>;
     fn layer(&self, inner: S) -> TimeoutFromDeadline<S> {
-        TimeoutFromDeadline { inner }
+        RuleService::new(inner, *self)
     }
 }
 
-/// The service [`TimeoutFromDeadlineLayer`] makes.
-#[derive(Clone, Debug)]
-pub struct TimeoutFromDeadline<S> {
-    inner: S,
-}
-
-impl<S, B> Service<Request<B>> for TimeoutFromDeadline<S>
-where
-    S: Service<Request<B>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<B>) -> S::Future {
+impl RequestRule for TimeoutFromDeadlineLayer {
+    type Future<F: Future> = F;
+    fn call<B, S: Service<Request<B>>>(&self, inner: &mut S, mut req: Request<B>) -> S::Future {
         let deadline = crate::current().map_or(NEVER, |ctx| ctx.deadline);
         if deadline != NEVER {
             let remaining = deadline.saturating_sub(realtime_ns());
@@ -135,6 +107,9 @@ where
                     .insert(grpc_timeout::HEADER, HeaderValue::from_str(&ours).expect("a grpc-timeout is ASCII"));
             }
         }
-        self.inner.call(req)
+        inner.call(req)
     }
 }
+
+/// The service [`TimeoutFromDeadlineLayer`] makes.
+pub type TimeoutFromDeadline<S> = RuleService<S, TimeoutFromDeadlineLayer>;

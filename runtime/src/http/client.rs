@@ -1,6 +1,6 @@
 //! Client side: outgoing calls carry the context of the request being served, one hop further.
 
-use std::task::{Context as TaskContext, Poll};
+use std::future::Future;
 
 use http::header::HeaderMap;
 use http::Request;
@@ -8,6 +8,7 @@ use tailor_core::Context;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use super::middleware::{RequestRule, RuleService};
 use super::server::write_headers;
 
 /// Sets the context of a call made while serving `parent`: `parent.child()` (same GAT,
@@ -26,32 +27,19 @@ pub struct InjectLayer;
 impl<S> Layer<S> for InjectLayer {
     type Service = Inject<S>;
     fn layer(&self, inner: S) -> Inject<S> {
-        Inject { inner }
+        RuleService::new(inner, *self)
+    }
+}
+
+impl RequestRule for InjectLayer {
+    type Future<F: Future> = F;
+    fn call<B, S: Service<Request<B>>>(&self, inner: &mut S, mut req: Request<B>) -> S::Future {
+        if let Some(parent) = crate::current() {
+            inject(req.headers_mut(), &parent);
+        }
+        inner.call(req)
     }
 }
 
 /// The service [`InjectLayer`] makes.
-#[derive(Clone, Debug)]
-pub struct Inject<S> {
-    inner: S,
-}
-
-impl<S, B> Service<Request<B>> for Inject<S>
-where
-    S: Service<Request<B>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<B>) -> S::Future {
-        if let Some(parent) = crate::current() {
-            inject(req.headers_mut(), &parent);
-        }
-        self.inner.call(req)
-    }
-}
+pub type Inject<S> = RuleService<S, InjectLayer>;

@@ -17,11 +17,13 @@
 //! [`crate::grpc`] maps the deadline to and from `grpc-timeout`.
 
 mod client;
+pub(crate) mod middleware;
 mod schedule;
 mod serve;
 mod server;
 
 pub use client::{inject, Inject, InjectLayer};
+pub use middleware::{RequestRule, RuleService};
 pub use schedule::{Schedule, ScheduleLayer};
 pub use serve::serve;
 pub use server::{write_encoded, ContextConfig, ContextLayer, ContextService};

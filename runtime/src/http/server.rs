@@ -1,16 +1,18 @@
 //! Server side: the context of an incoming request.
 
+use std::future::Future;
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll};
 
 use http::header::{HeaderMap, HeaderValue};
 use http::Request;
 use tailor_core::time::NANOS_PER_SEC;
 use tailor_core::wire::{self, baggage, EdgeRoute, WireStats};
 use tailor_core::{Context, Nanos};
+use tokio::task::futures::TaskLocalFuture;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use super::middleware::{RequestRule, RuleService};
 use crate::cpu::realtime_ns;
 
 /// How a service treats the context of incoming requests.
@@ -104,33 +106,18 @@ impl ContextLayer {
 impl<S> Layer<S> for ContextLayer {
     type Service = ContextService<S>;
     fn layer(&self, inner: S) -> ContextService<S> {
-        ContextService { inner, config: self.config, stats: self.stats.clone() }
+        RuleService::new(inner, self.clone())
+    }
+}
+
+impl RequestRule for ContextLayer {
+    type Future<F: Future> = TaskLocalFuture<Context, F>;
+    fn call<B, S: Service<Request<B>>>(&self, inner: &mut S, mut req: Request<B>) -> Self::Future<S::Future> {
+        let ctx = self.config.extract(req.headers_mut(), realtime_ns(), &self.stats);
+        req.extensions_mut().insert(ctx);
+        crate::current::scope_future(ctx, inner.call(req))
     }
 }
 
 /// The service [`ContextLayer`] makes.
-#[derive(Clone)]
-pub struct ContextService<S> {
-    inner: S,
-    config: ContextConfig,
-    stats: Arc<WireStats>,
-}
-
-impl<S, B> Service<Request<B>> for ContextService<S>
-where
-    S: Service<Request<B>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = tokio::task::futures::TaskLocalFuture<Context, S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        let ctx = self.config.extract(req.headers_mut(), realtime_ns(), &self.stats);
-        req.extensions_mut().insert(ctx);
-        crate::current::scope_future(ctx, self.inner.call(req))
-    }
-}
+pub type ContextService<S> = RuleService<S, ContextLayer>;
