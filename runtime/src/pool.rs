@@ -210,42 +210,30 @@ impl Pool {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
+    use std::sync::{Arc, Barrier};
+    use std::time::Instant;
 
-    #[test]
-    fn a_retiring_thread_runs_the_exit_hook_once() {
-        let pool = Arc::new(Pool::new(4, "test-pool".into(), Duration::from_millis(20)));
-        let (started, exited) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let s = started.clone();
-        pool.set_on_start(Box::new(move || {
-            s.fetch_add(1, Ordering::SeqCst);
-        }));
-        let e = exited.clone();
-        pool.set_on_exit(Box::new(move || {
-            e.fetch_add(1, Ordering::SeqCst);
-        }));
-        for _ in 0..3 {
-            assert!(pool.submit(Box::new(|| std::thread::sleep(Duration::from_millis(5)))).is_ok());
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while pool.threads() > 0 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert_eq!(pool.threads(), 0, "every thread retired");
-        // `threads` drops before the hook runs: give the last hook a moment.
-        while exited.load(Ordering::SeqCst) < started.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+    /// Polls `done` every millisecond for up to ten seconds.
+    fn wait_until(done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert!(started.load(Ordering::SeqCst) >= 1);
-        assert_eq!(exited.load(Ordering::SeqCst), started.load(Ordering::SeqCst), "one exit per started thread");
     }
 
-    #[test]
-    fn a_steady_load_keeps_few_threads_and_the_burst_surplus_retires() {
-        let pool = Arc::new(Pool::new(8, "test-pool".into(), Duration::from_millis(300)));
-        // A burst: four tasks at once need four threads.
-        let gate = Arc::new(std::sync::Barrier::new(5));
-        for _ in 0..4 {
+    /// A hook that counts its calls in `calls`.
+    fn counting(calls: &Arc<AtomicUsize>) -> Box<dyn Fn() + Send + Sync> {
+        let calls = calls.clone();
+        Box::new(move || {
+            calls.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+
+    /// Runs `n` tasks at once and returns when all of them have started (so `n` threads
+    /// exist); they finish right after.
+    fn run_at_once(pool: &Arc<Pool>, n: usize) {
+        let gate = Arc::new(Barrier::new(n + 1));
+        for _ in 0..n {
             let g = gate.clone();
             assert!(pool
                 .submit(Box::new(move || {
@@ -254,15 +242,36 @@ mod tests {
                 .is_ok());
         }
         gate.wait();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while pool.state.lock().unwrap().idle.len() < 4 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
+    }
+
+    #[test]
+    fn a_retiring_thread_runs_the_exit_hook_once() {
+        let pool = Arc::new(Pool::new(4, "test-pool".into(), Duration::from_millis(20)));
+        let (started, exited) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        pool.set_on_start(counting(&started));
+        pool.set_on_exit(counting(&exited));
+        for _ in 0..3 {
+            assert!(pool.submit(Box::new(|| std::thread::sleep(Duration::from_millis(5)))).is_ok());
         }
+        wait_until(|| pool.threads() == 0);
+        assert_eq!(pool.threads(), 0, "every thread retired");
+        // `threads` drops before the hook runs: give the last hook a moment.
+        wait_until(|| exited.load(Ordering::SeqCst) >= started.load(Ordering::SeqCst));
+        assert!(started.load(Ordering::SeqCst) >= 1);
+        assert_eq!(exited.load(Ordering::SeqCst), started.load(Ordering::SeqCst), "one exit per started thread");
+    }
+
+    #[test]
+    fn a_steady_load_keeps_few_threads_and_the_burst_surplus_retires() {
+        let pool = Arc::new(Pool::new(8, "test-pool".into(), Duration::from_millis(300)));
+        // A burst: four tasks at once need four threads.
+        run_at_once(&pool, 4);
+        wait_until(|| pool.state.lock().unwrap().idle.len() >= 4);
         assert_eq!(pool.threads(), 4);
         // Then one short task at a time, far more often than the retire time: a FIFO
         // wake-up would rotate through all four threads and keep them alive.
         let done = Arc::new(AtomicUsize::new(0));
-        let start = std::time::Instant::now();
+        let start = Instant::now();
         while start.elapsed() < Duration::from_millis(1500) {
             let d = done.clone();
             let before = d.load(Ordering::SeqCst);
@@ -287,25 +296,10 @@ mod tests {
     fn closing_the_pool_ends_idle_threads_at_once() {
         let pool = Arc::new(Pool::new(4, "test-pool".into(), Duration::from_secs(3600)));
         let exited = Arc::new(AtomicUsize::new(0));
-        let e = exited.clone();
-        pool.set_on_exit(Box::new(move || {
-            e.fetch_add(1, Ordering::SeqCst);
-        }));
-        let gate = Arc::new(std::sync::Barrier::new(4));
-        for _ in 0..3 {
-            let g = gate.clone();
-            assert!(pool
-                .submit(Box::new(move || {
-                    g.wait();
-                }))
-                .is_ok());
-        }
-        gate.wait();
+        pool.set_on_exit(counting(&exited));
+        run_at_once(&pool, 3);
         pool.close();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while exited.load(Ordering::SeqCst) < 3 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_until(|| exited.load(Ordering::SeqCst) >= 3);
         assert_eq!(exited.load(Ordering::SeqCst), 3, "every thread exited long before its hour-long retire time");
         assert_eq!(pool.threads(), 0);
     }
