@@ -228,10 +228,7 @@ impl Policy for Fair {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn job(id: JobId) -> Job {
-        Job::with_gat(id, 0)
-    }
+    use crate::policy::job_at_zero as job;
 
     /// Ticks at `next_tick` until it passes `until`.
     fn run_until(p: &mut Fair, until: Nanos) {

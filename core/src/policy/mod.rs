@@ -59,6 +59,13 @@ impl Job {
     }
 }
 
+/// A job that arrived at time 0: the unit tests of policies that order by arrival at the
+/// node, not by GAT.
+#[cfg(test)]
+pub(crate) fn job_at_zero(id: JobId) -> Job {
+    Job::with_gat(id, 0)
+}
+
 /// A scheduling discipline for `n` CPUs, driven by events with time passed in.
 pub trait Policy: Send {
     /// Short name, e.g. `"orf"`.

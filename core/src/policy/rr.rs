@@ -223,10 +223,7 @@ impl Policy for RoundRobin {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn job(id: JobId) -> Job {
-        Job::with_gat(id, 0)
-    }
+    use crate::policy::job_at_zero as job;
 
     #[test]
     fn slice_grid_helpers() {
