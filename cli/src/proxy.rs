@@ -32,9 +32,21 @@ enum Which {
     Sidecar,
 }
 
+/// The proxy's runtime: tokio's multi-thread scheduler, or with one worker
+/// (`TOKIO_WORKER_THREADS=1`) the current-thread one, which serves the same tasks on the
+/// main thread without the hand-offs between a worker and the thread waiting in `block_on`
+/// and without the atomics of work stealing.
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    let one_worker = std::env::var("TOKIO_WORKER_THREADS").is_ok_and(|v| v.trim() == "1");
+    let mut builder = if one_worker {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    builder.enable_all().build().map_err(|e| format!("starting tokio: {e}"))
+}
+
 pub fn main(args: ProxyArgs) -> Result<(), String> {
-    let runtime =
-        || tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| format!("starting tokio: {e}"));
     match args.command {
         ProxyCommand::Example { which: Which::Edge } => print!("{}", tailor_proxy::example::EDGE),
         ProxyCommand::Example { which: Which::Sidecar } => print!("{}", tailor_proxy::example::SIDECAR),

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod common;
-use common::proxy_proc::{free_port, metric, proxy, tmpdir, Proc};
+use common::proxy_proc::{free_port, metric, proxy, proxy_with_env, tmpdir, Proc};
 
 fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
@@ -303,11 +303,22 @@ fn sheds_expired_unmeetable_and_overflowing_requests_with_a_reason() {
 
 #[test]
 fn reload_keeps_connections_and_drain_finishes_requests_in_progress() {
-    let tmp = tmpdir("reload");
+    reload_and_drain("reload", &[]);
+}
+
+/// One worker thread runs tokio's current-thread scheduler (`cli/src/proxy.rs`): the same
+/// relaying, reload and drain on the one thread.
+#[test]
+fn with_one_worker_thread_the_sidecar_relays_reloads_and_drains_alike() {
+    reload_and_drain("one-thread", &[("TOKIO_WORKER_THREADS", "1")]);
+}
+
+fn reload_and_drain(name: &str, env: &[(&str, &str)]) {
+    let tmp = tmpdir(name);
     let (_up, up) = upstream();
     let (listen, admin) = (free_port(), free_port());
     let cfg = sidecar_config(&tmp.0, "s", listen, up, admin, "c = 1");
-    let mut s = proxy("sidecar", &cfg, admin);
+    let mut s = proxy_with_env("sidecar", &cfg, admin, env);
     assert_eq!(metric(admin, "tailor_proxy_concurrency_limit"), 1.0);
 
     let mut conn = TcpStream::connect(("127.0.0.1", listen)).unwrap();

@@ -77,10 +77,12 @@ const GHOST: JobId = 1 << 63;
 struct State {
     policy: AnyPolicy,
     limit: Limit,
-    /// Real jobs waiting, with how to wake them.
-    waiting: HashMap<JobId, (Job, oneshot::Sender<()>)>,
-    /// Real jobs inside the service.
-    admitted: HashMap<JobId, Job>,
+    /// Real jobs waiting, with how to wake them (`None` only while `enter` holds the
+    /// lock: a request admitted on arrival never needs waking).
+    waiting: HashMap<JobId, (Job, Option<oneshot::Sender<()>>)>,
+    /// Real jobs inside the service, with the CPU the policy gave each (a hint: a
+    /// rebuild may move them).
+    admitted: HashMap<JobId, (Job, usize)>,
     /// Ids in the policy that nobody waits for any more.
     stale: HashSet<JobId>,
     ghosts_running: Vec<JobId>,
@@ -105,13 +107,24 @@ pub struct Ticket {
     done: bool,
 }
 
-/// A request's place in line; resolves with [`Gate::wait`]. Dropping it leaves the line.
+/// A request's place in line; resolves with [`Place::wait`]. Dropping it leaves the line.
 pub struct Place {
     gate: Arc<Gate>,
     id: JobId,
-    admitted: Option<oneshot::Receiver<()>>,
+    admission: Admission,
     /// Admitted and handed to a [`Ticket`], which now owns the slot.
     handed_over: bool,
+}
+
+/// How a place learns it was let in.
+enum Admission {
+    /// On arrival, with this many requests inside (itself included): no channel, no
+    /// wake-up, no second lock.
+    Now { in_flight: usize },
+    /// Later: the gate sends on the channel when it dispatches the request.
+    Later(oneshot::Receiver<()>),
+    /// `wait` took it.
+    Taken,
 }
 
 fn build(order: Order, cpus: usize) -> AnyPolicy {
@@ -173,11 +186,19 @@ impl Gate {
                 }
             }
         }
-        let (tx, rx) = oneshot::channel();
-        st.waiting.insert(id, (job, tx));
+        st.waiting.insert(id, (job, None));
         st.arrive(job);
         debug_assert!(st.is_settled());
-        Ok(Place { gate: self.clone(), id, admitted: Some(rx), handed_over: false })
+        // Admitted on arrival (a free slot): settling moved it inside without a sender.
+        let admission = match st.waiting.get_mut(&id) {
+            None => Admission::Now { in_flight: st.admitted.len() },
+            Some((_, sender)) => {
+                let (tx, rx) = oneshot::channel();
+                *sender = Some(tx);
+                Admission::Later(rx)
+            }
+        };
+        Ok(Place { gate: self.clone(), id, admission, handed_over: false })
     }
 
     /// Requests waiting, requests inside the service, the current limit.
@@ -188,8 +209,8 @@ impl Gate {
 
     fn leave(&self, id: JobId, rtt: Option<(Nanos, usize)>) {
         let mut st = self.lock();
-        if st.admitted.remove(&id).is_some() {
-            st.complete(id);
+        if let Some((_, cpu)) = st.admitted.remove(&id) {
+            st.complete_on(id, cpu);
             if let Some((rtt, in_flight)) = rtt {
                 st.sample(rtt, in_flight);
             }
@@ -236,6 +257,17 @@ impl State {
     /// hand to another job.
     fn complete(&mut self, id: JobId) {
         let cpu = self.cpu_of(id);
+        self.finish(id, cpu);
+    }
+
+    /// [`complete`](State::complete) for a job last seen on `cpu`: no search of the
+    /// policy's `c_max` CPUs when it is still there (it is, unless a rebuild moved it).
+    fn complete_on(&mut self, id: JobId, cpu: usize) {
+        let cpu = if self.policy.running().get(cpu) == Some(&Some(id)) { Some(cpu) } else { self.cpu_of(id) };
+        self.finish(id, cpu);
+    }
+
+    fn finish(&mut self, id: JobId, cpu: Option<usize>) {
         self.policy.complete(0, id);
         if let Some(cpu) = cpu {
             self.settle_cpu(cpu);
@@ -257,10 +289,13 @@ impl State {
                     self.ghosts_running.push(id);
                 }
             } else if let Some((job, tx)) = self.waiting.remove(&id) {
-                self.admitted.insert(id, job);
+                self.admitted.insert(id, (job, cpu));
                 // A receiver dropped meanwhile: its Place's drop calls leave, which
-                // finds it admitted and gives the slot back.
-                let _ = tx.send(());
+                // finds it admitted and gives the slot back. No sender: admitted on
+                // arrival, inside `enter`, which sees it gone from `waiting`.
+                if let Some(tx) = tx {
+                    let _ = tx.send(());
+                }
             }
             return;
         }
@@ -298,10 +333,12 @@ impl State {
                 } else if self.waiting.is_empty() {
                     continue;
                 } else if let Some((job, tx)) = self.waiting.remove(&id) {
-                    self.admitted.insert(id, job);
+                    self.admitted.insert(id, (job, cpu));
                     // A receiver dropped meanwhile: its Place's drop calls leave, which
                     // finds it admitted and gives the slot back.
-                    let _ = tx.send(());
+                    if let Some(tx) = tx {
+                        let _ = tx.send(());
+                    }
                 }
             }
             if !changed {
@@ -375,7 +412,7 @@ impl State {
     fn rebuild(&mut self, order: Order, cpus: usize) {
         self.policy = build(order, cpus);
         self.stale.clear();
-        let mut admitted: Vec<Job> = self.admitted.values().copied().collect();
+        let mut admitted: Vec<Job> = self.admitted.values().map(|&(job, _)| job).collect();
         admitted.sort_by_key(|j| j.id);
         for job in admitted {
             self.policy.arrive(0, job);
@@ -395,7 +432,11 @@ impl State {
 impl Place {
     /// Waits for admission until `deadline` (realtime ns; `NEVER` waits for ever).
     pub async fn wait(mut self, deadline: Nanos) -> Result<Ticket, ShedReason> {
-        let rx = self.admitted.take().expect("wait is called once");
+        let rx = match std::mem::replace(&mut self.admission, Admission::Taken) {
+            Admission::Now { in_flight } => return Ok(self.hand_over(in_flight)),
+            Admission::Later(rx) => rx,
+            Admission::Taken => unreachable!("wait takes the place by value"),
+        };
         let now = tailor_runtime::cpu::realtime_ns();
         let admitted = if deadline == tailor_core::time::NEVER {
             rx.await.is_ok()
@@ -407,9 +448,12 @@ impl Place {
             return Err(ShedReason::DeadlineExpired); // Place's drop leaves the line
         }
         let in_flight = self.gate.lock().admitted.len();
-        let ticket = Ticket { gate: self.gate.clone(), id: self.id, in_flight_at_start: in_flight, done: false };
+        Ok(self.hand_over(in_flight))
+    }
+
+    fn hand_over(&mut self, in_flight: usize) -> Ticket {
         self.handed_over = true;
-        Ok(ticket)
+        Ticket { gate: self.gate.clone(), id: self.id, in_flight_at_start: in_flight, done: false }
     }
 }
 
@@ -450,7 +494,11 @@ mod tests {
     }
 
     fn admitted(p: &mut Place) -> bool {
-        p.admitted.as_mut().unwrap().try_recv().is_ok()
+        match &mut p.admission {
+            Admission::Now { .. } => true,
+            Admission::Later(rx) => rx.try_recv().is_ok(),
+            Admission::Taken => false,
+        }
     }
 
     #[tokio::test]
@@ -521,6 +569,48 @@ mod tests {
         let st = g.lock();
         assert_eq!((st.waiting.len(), st.admitted.len()), (0, 0));
         assert!(st.stale.len() <= 4 && st.policy.waiting() <= 4, "stale entries are bounded");
+    }
+
+    #[tokio::test]
+    async fn a_request_that_finds_a_free_slot_needs_no_channel_and_a_queued_one_is_woken() {
+        let g = gate(Order::Orf, Some(1));
+        let first = g.enter(&ctx(1), 10).unwrap();
+        assert!(matches!(first.admission, Admission::Now { in_flight: 1 }));
+        let second = g.enter(&ctx(2), 10).unwrap();
+        assert!(matches!(second.admission, Admission::Later(_)));
+        let ticket = first.wait(tailor_core::time::NEVER).await.unwrap();
+        assert_eq!(ticket.in_flight_at_start, 1);
+        let woken = tokio::spawn(second.wait(tailor_core::time::NEVER));
+        tokio::task::yield_now().await;
+        assert!(!woken.is_finished(), "the only slot is taken");
+        ticket.finish(1_000);
+        let second = tokio::time::timeout(std::time::Duration::from_secs(5), woken).await.unwrap().unwrap().unwrap();
+        assert_eq!(g.snapshot(), (0, 1, 1));
+        drop(second);
+        assert_eq!(g.snapshot(), (0, 0, 1));
+    }
+
+    #[tokio::test]
+    async fn requests_inside_across_a_rebuild_still_give_their_own_slot_back() {
+        let g = gate(Order::Fifo, Some(2));
+        let a = g.enter(&ctx(1), 10).unwrap();
+        let b = g.enter(&ctx(2), 10).unwrap();
+        // Five cancelled waiters: one more stale entry than max_queue rebuilds the policy,
+        // which may put `a` and `b` on other CPUs than the ones they were admitted on.
+        for round in 0..5 {
+            drop(g.enter(&ctx(10 + round), 10).unwrap());
+        }
+        assert!(g.lock().stale.is_empty(), "the policy was rebuilt");
+        let mut c = g.enter(&ctx(20), 10).unwrap();
+        assert!(!admitted(&mut c));
+        drop(a);
+        assert!(admitted(&mut c), "a's slot went to the next in line");
+        assert_eq!(g.snapshot(), (0, 2, 2));
+        drop(b);
+        drop(c);
+        assert_eq!(g.snapshot(), (0, 0, 2));
+        let st = g.lock();
+        assert!(st.is_settled() && st.policy.waiting() == 0);
     }
 
     #[tokio::test]

@@ -115,6 +115,17 @@ pub fn strip_response(headers: &mut HeaderMap) {
     }
 }
 
+/// The hop-by-hop headers every request loses, as names (a `&str` would be parsed again
+/// on every request).
+static HOP_BY_HOP: [HeaderName; 6] = [
+    http::header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    http::header::TRANSFER_ENCODING,
+    http::header::UPGRADE,
+    http::header::PROXY_AUTHORIZATION,
+];
+
 /// Hop-by-hop headers (RFC 9110 §7.6.1) and those named by `Connection`: not forwarded.
 /// `te: trailers` stays, gRPC needs it.
 pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
@@ -128,8 +139,7 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     for name in named {
         headers.remove(name);
     }
-    for name in ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "proxy-authorization"]
-    {
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
     if headers.get(http::header::TE).is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"trailers")) {

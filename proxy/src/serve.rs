@@ -217,7 +217,8 @@ fn same_tls_mode(path: &std::path::Path, running: bool, reloaded: bool) -> Resul
 /// Runs the sidecar of the config file `path` until SIGTERM/SIGINT.
 pub async fn run_sidecar(path: PathBuf) -> Result<(), ProxyError> {
     let loaded = Sidecar::load(&path)?;
-    let shared = Shared::default();
+    // Egress listeners are bound only here: without any, no request can call out.
+    let shared = Shared { egress_listeners: !loaded.config.egress.is_empty(), ..Shared::default() };
     let state = Arc::new(RwLock::new(Arc::new(SidecarState::new(loaded, None))));
     let current = reader(&state);
     let s = current();

@@ -37,6 +37,9 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     pub upstreams: Upstreams,
     pub inside: Arc<Inside>,
+    /// Whether the sidecar runs egress listeners (bound at start, so fixed until a
+    /// restart): only then can a request call out, and only then is it put in `inside`.
+    pub egress_listeners: bool,
 }
 
 /// A request's slot in the service: the gate's ticket and when it was admitted. Given
@@ -77,11 +80,15 @@ impl Inside {
     }
 
     /// Puts an admitted request inside; the returned guard gives its slot back on drop
-    /// at the latest.
-    fn enter(self: &Arc<Self>, key: (Nanos, u32), ticket: Ticket, admitted: Nanos) -> Held {
+    /// at the latest. `callable`: whether a call out can give the slot back (egress
+    /// listeners run and `release_on_egress`); if not, the request is not put in the map
+    /// (no call out can look for it) and only the guard gives the slot back.
+    fn enter(self: &Arc<Self>, key: (Nanos, u32), ticket: Ticket, admitted: Nanos, callable: bool) -> Held {
         let slot = Arc::new(Slot(Mutex::new(Some((ticket, admitted)))));
-        self.map().insert(key, slot.clone());
-        Held { inside: self.clone(), key, slot }
+        if callable {
+            self.map().insert(key, slot.clone());
+        }
+        Held { inside: self.clone(), key, slot, callable }
     }
 
     /// The service called out with the context of `key`: its request leaves the gate.
@@ -107,11 +114,13 @@ struct Held {
     inside: Arc<Inside>,
     key: (Nanos, u32),
     slot: Arc<Slot>,
+    /// In the map (see [`Inside::enter`]).
+    callable: bool,
 }
 
 impl Held {
     fn release(&self, sample: bool) {
-        {
+        if self.callable {
             let mut map = self.inside.map();
             if map.get(&self.key).is_some_and(|s| Arc::ptr_eq(s, &self.slot)) {
                 map.remove(&self.key);
@@ -188,7 +197,8 @@ pub async fn inbound(state: Arc<SidecarState>, shared: Shared, mut req: Request<
     headers::remove_hop_by_hop(req.headers_mut());
     let key = (ctx.gat, ctx.hop as u32);
     // Dropped with this future if the client goes away before the upstream answers.
-    let held = shared.inside.enter(key, ticket, admitted);
+    let callable = shared.egress_listeners && config.release_on_egress;
+    let held = shared.inside.enter(key, ticket, admitted, callable);
     let upstreams = state.upstream_tls.as_ref().unwrap_or(&shared.upstreams);
     match upstreams.relay(req, config.upstream, &limits).await {
         Ok(response) => {
@@ -267,7 +277,7 @@ mod tests {
     async fn a_call_out_gives_the_slot_back_once_and_the_response_end_does_not_again() {
         let gate = one_slot_gate();
         let inside = Arc::new(Inside::default());
-        let held = inside.enter((10, 0), admit(&gate, 10).await, monotonic_ns());
+        let held = inside.enter((10, 0), admit(&gate, 10).await, monotonic_ns(), true);
         assert_eq!(gate.snapshot(), (0, 1, 1));
         let waiting = gate.enter(&Context::stamped(20), 21).unwrap();
         inside.called_out((10, 0));
@@ -285,13 +295,13 @@ mod tests {
     async fn a_request_that_never_calls_out_gives_its_slot_back_when_dropped() {
         let gate = one_slot_gate();
         let inside = Arc::new(Inside::default());
-        let held = inside.enter((10, 0), admit(&gate, 10).await, monotonic_ns());
+        let held = inside.enter((10, 0), admit(&gate, 10).await, monotonic_ns(), true);
         held.release(true); // response ended
         assert_eq!(gate.snapshot(), (0, 0, 1));
         assert!(inside.is_empty());
         drop(held);
         // Failed upstream or cancelled request: the guard alone releases it.
-        let held = inside.enter((30, 1), admit(&gate, 30).await, monotonic_ns());
+        let held = inside.enter((30, 1), admit(&gate, 30).await, monotonic_ns(), true);
         drop(held);
         assert_eq!(gate.snapshot(), (0, 0, 1));
         assert!(inside.is_empty());
@@ -301,12 +311,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_request_that_cannot_call_out_stays_out_of_the_map_and_still_gives_its_slot_back() {
+        let gate = one_slot_gate();
+        let inside = Arc::new(Inside::default());
+        let held = inside.enter((10, 0), admit(&gate, 10).await, monotonic_ns(), false);
+        assert!(inside.is_empty(), "no egress listener: nothing to look the request up by");
+        inside.called_out((10, 0)); // cannot happen without egress listeners; finds nothing anyway
+        assert_eq!(gate.snapshot(), (0, 1, 1), "the slot is held until the response ends");
+        held.release(true);
+        assert_eq!(gate.snapshot(), (0, 0, 1));
+        drop(held);
+        let held = inside.enter((30, 1), admit(&gate, 30).await, monotonic_ns(), false);
+        drop(held); // failed upstream or cancelled: the guard alone gives it back
+        assert_eq!(gate.snapshot(), (0, 0, 1));
+    }
+
+    #[tokio::test]
     async fn requests_sharing_a_key_release_only_their_own_slot() {
         let gate =
             Gate::new(GateConfig { order: Order::Orf, c: Some(2), c_max: 4, max_queue: 16, shed_cannot_meet: false });
         let inside = Arc::new(Inside::default());
-        let first = inside.enter((10, 0), admit(&gate, 10).await, monotonic_ns());
-        let second = inside.enter((10, 0), admit(&gate, 10).await, monotonic_ns());
+        let first = inside.enter((10, 0), admit(&gate, 10).await, monotonic_ns(), true);
+        let second = inside.enter((10, 0), admit(&gate, 10).await, monotonic_ns(), true);
         inside.called_out((10, 0));
         assert_eq!(gate.snapshot(), (0, 1, 2), "one slot given back");
         drop(first);

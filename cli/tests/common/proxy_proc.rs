@@ -65,9 +65,15 @@ pub fn metric(admin: u16, name: &str) -> f64 {
 
 /// Runs `tailor proxy <mode> --config <file>` and waits until its admin port answers /readyz.
 pub fn proxy(mode: &str, config: &Path, admin: u16) -> Proc {
+    proxy_with_env(mode, config, admin, &[])
+}
+
+/// [`proxy`] with `env` set for the process (e.g. `TOKIO_WORKER_THREADS`).
+pub fn proxy_with_env(mode: &str, config: &Path, admin: u16, env: &[(&str, &str)]) -> Proc {
     let child = Command::new(env!("CARGO_BIN_EXE_tailor"))
         .args(["proxy", mode, "--config"])
         .arg(config)
+        .envs(env.iter().copied())
         .spawn()
         .expect("start tailor proxy");
     let mut p = Proc(child);
