@@ -96,7 +96,23 @@ impl Recorder {
 
     /// Computes the run's summary. It runs once per run; quantiles are selected, not
     /// sorted for (the arrival-order sorts of the intervals and the reordering remain).
+    /// A large run's summary uses a second thread: the two sorts run side by
+    /// side, then the reordering sweep beside everything else.
     pub fn summarize(&self) -> Summary {
+        let parallel = self.latency.len() >= PARALLEL_SUMMARY_MIN;
+        let (ranks, by_gat) =
+            both(parallel, || ideal_ranks(&self.gat, &self.ideal_latency), || arrival_order(&self.gat));
+        let (reordering_pct, mut summary) = both(
+            parallel,
+            || reordering_sweep(&self.gat, &self.latency, &ranks, &by_gat),
+            || self.summarize_except_reordering(&by_gat),
+        );
+        summary.reordering_pct = reordering_pct;
+        summary
+    }
+
+    /// The summary with `reordering_pct` left at 0; `by_gat`: [`arrival_order`].
+    fn summarize_except_reordering(&self, by_gat: &[u32]) -> Summary {
         let n = self.latency.len();
         let mut all = Ranked::new(self.latency.clone());
         let rejected: u64 = self.rejected_by_class.iter().sum();
@@ -174,8 +190,7 @@ impl Recorder {
             }
         }
         let has_slo = self.class_slo.iter().any(Option::is_some);
-        let by_gat = arrival_order(&self.gat);
-        let ci95 = self.batch_ci95(&mut all, &by_gat);
+        let ci95 = self.batch_ci95(&mut all, by_gat);
         Summary {
             requests: n as u64,
             offered,
@@ -191,7 +206,7 @@ impl Recorder {
             },
             ci95,
             throughput_rps: n as f64 / (span as f64 / NANOS_PER_SEC as f64),
-            reordering_pct: reordering_pct_in(&self.gat, &self.latency, &self.ideal_latency, &by_gat),
+            reordering_pct: 0.0,
             slowdown_p99,
             tasks: self.tasks_dequeued,
             deadline_miss_pct: pct_of(self.tasks_missed, self.tasks_dequeued),
@@ -301,18 +316,36 @@ fn arrival_order(gat: &[Nanos]) -> Vec<u32> {
     pairs.into_iter().map(|(_, i)| i).collect()
 }
 
+/// Summaries of at least this many records use a second thread.
+const PARALLEL_SUMMARY_MIN: usize = 50_000;
+
+/// `(a(), b())`, `a` on a second thread when `parallel`.
+fn both<A: Send, B>(parallel: bool, a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {
+    if !parallel {
+        return (a(), b());
+    }
+    std::thread::scope(|s| {
+        let a = s.spawn(a);
+        let b = b();
+        match a.join() {
+            Ok(a) => (a, b),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+}
+
 /// [`reordering_pct`] given the records' [`arrival_order`].
 fn reordering_pct_in(gat: &[Nanos], latency: &[Nanos], ideal: &[Nanos], by_gat: &[u32]) -> f64 {
+    reordering_sweep(gat, latency, &ideal_ranks(gat, ideal), by_gat)
+}
+
+/// Rank of each record's ideal completion (`gat + ideal`), equal values sharing
+/// a rank, and the number of distinct ranks.
+fn ideal_ranks(gat: &[Nanos], ideal: &[Nanos]) -> (Vec<usize>, usize) {
     let n = gat.len();
-    if n == 0 {
-        return 0.0;
-    }
-    let ideal_end: Vec<Nanos> = (0..n).map(|i| gat[i] + ideal[i]).collect();
-    let actual_end: Vec<Nanos> = (0..n).map(|i| gat[i] + latency[i]).collect();
-    // Rank of each request's ideal completion, equal values sharing a rank.
     // Sorted as (key, index) pairs, which compare without a lookup; only the
     // ranks (equal keys share one) and the GAT groups matter, not how ties order.
-    let mut by_ideal: Vec<(Nanos, usize)> = (0..n).map(|i| (ideal_end[i], i)).collect();
+    let mut by_ideal: Vec<(Nanos, usize)> = (0..n).map(|i| (gat[i] + ideal[i], i)).collect();
     by_ideal.sort_unstable();
     let mut rank = vec![0usize; n];
     let mut r = 0;
@@ -322,8 +355,17 @@ fn reordering_pct_in(gat: &[Nanos], latency: &[Nanos], ideal: &[Nanos], by_gat: 
         }
         rank[by_ideal[w].1] = r;
     }
-    drop(by_ideal);
-    let ranks = r + 1;
+    (rank, r + 1)
+}
+
+/// [`reordering_pct`] given the records' [`ideal_ranks`] and [`arrival_order`].
+fn reordering_sweep(gat: &[Nanos], latency: &[Nanos], ranks: &(Vec<usize>, usize), by_gat: &[u32]) -> f64 {
+    let n = gat.len();
+    if n == 0 {
+        return 0.0;
+    }
+    let (rank, ranks) = (&ranks.0, ranks.1);
+    let actual_end: Vec<Nanos> = (0..n).map(|i| gat[i] + latency[i]).collect();
     // Fenwick tree for "min actual completion among ranks > q", indexed from the top.
     let mut tree = vec![Nanos::MAX; ranks + 1];
     let top_index = |rk: usize| ranks - rk; // rank ranks-1 → 1, rank 0 → ranks

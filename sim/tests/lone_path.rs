@@ -2,45 +2,12 @@
 //! single-instance node, a non-preemptive queue policy) must give exactly the
 //! general path's results: every per-request record and every run counter.
 
-use std::path::Path;
+mod same_results;
 
+use same_results::{assert_same, model_file, model_from};
 use tailor_core::PolicySpec;
-use tailor_sim::engine::{self, Path as EnginePath, RunStats};
-use tailor_sim::metrics::Recorder;
+use tailor_sim::engine::{self, Path as EnginePath};
 use tailor_sim::model::{LoadOverride, Model, Overrides};
-use tailor_sim::scenario::Scenario;
-
-fn model_from(toml: &str, ov: &Overrides) -> Model {
-    let loaded = Scenario::from_toml(toml, Path::new("test.toml")).unwrap_or_else(|e| panic!("{e}"));
-    Model::build(&loaded, ov).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn model_file(file: &str, ov: &Overrides) -> Model {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(file);
-    let loaded = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    Model::build(&loaded, ov).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn assert_same(what: &str, a: &(Recorder, RunStats), b: &(Recorder, RunStats)) {
-    let (ra, sa) = a;
-    let (rb, sb) = b;
-    assert!(!ra.latency.is_empty(), "{what}: no requests measured");
-    assert_eq!(ra.gat, rb.gat, "{what}: GATs differ");
-    assert_eq!(ra.latency, rb.latency, "{what}: latencies differ");
-    assert_eq!(ra.ideal_latency, rb.ideal_latency, "{what}: ideal latencies differ");
-    assert_eq!(ra.class, rb.class, "{what}: classes differ");
-    assert_eq!(ra.fanout, rb.fanout, "{what}: fanouts differ");
-    assert_eq!(ra.demand, rb.demand, "{what}: demands differ");
-    assert_eq!(ra.admitted, rb.admitted, "{what}: admitted differ");
-    assert_eq!(ra.rejected_by_class, rb.rejected_by_class, "{what}: rejections differ");
-    assert_eq!(ra.tasks_dequeued, rb.tasks_dequeued, "{what}: tasks dequeued differ");
-    assert_eq!(ra.tasks_missed, rb.tasks_missed, "{what}: tasks missed differ");
-    assert_eq!(
-        (sa.events, sa.arrivals, sa.end_time, sa.noise_stolen, sa.preemptions),
-        (sb.events, sb.arrivals, sb.end_time, sb.noise_stolen, sb.preemptions),
-        "{what}: run counters differ"
-    );
-}
 
 /// Runs `m` through both paths (it must qualify for the lone one) and compares.
 fn check(what: &str, m: &Model) {

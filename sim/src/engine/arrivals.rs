@@ -1,9 +1,10 @@
 //! The edge's arrival process: the gap to the next request, from the scenario's arrival model.
 
 use tailor_core::rng::{CounterRng, RandomSource};
-use tailor_core::Nanos;
+use tailor_core::{Nanos, Rng};
 
-use crate::model::ArrivalModel;
+use super::STREAM_ARRIVALS;
+use crate::model::{ArrivalModel, Model};
 
 pub(super) struct Arrivals {
     pub(super) model: ArrivalModel,
@@ -17,6 +18,21 @@ pub(super) struct Arrivals {
 }
 
 impl Arrivals {
+    /// The run's arrival process, from its first request.
+    pub(super) fn new(m: &Model) -> Self {
+        Arrivals {
+            model: m.arrival.clone(),
+            poisson_mean: match m.arrival {
+                ArrivalModel::Poisson { mean_gap } => mean_gap,
+                _ => 0.0,
+            },
+            rng: CounterRng::stream(Rng::derive(m.seed, STREAM_ARRIVALS).next_u64(), 0),
+            next_index: 0,
+            trace_pos: 0,
+            carry: 0.0,
+        }
+    }
+
     #[inline(always)]
     pub(super) fn next_gap(&mut self) -> Nanos {
         // Keep the fractional nanoseconds so long runs hold the exact rate.

@@ -20,13 +20,14 @@ mod event;
 mod late;
 mod lone;
 mod node;
+mod placement;
+mod prepare;
 mod request;
 mod slab;
 
 use std::collections::{BinaryHeap, VecDeque};
 
-use tailor_core::pick::DistinctPicker;
-use tailor_core::rng::{CounterRng, RandomSource};
+use tailor_core::rng::RandomSource;
 use tailor_core::tailguard::{AdmissionController, AdmissionPhase};
 use tailor_core::time::NEVER;
 use tailor_core::{Nanos, PolicySpec, Rng};
@@ -35,10 +36,13 @@ use self::arrivals::Arrivals;
 use self::event::{EvKind, Event, Source};
 use self::late::LateCheck;
 use self::node::{Cpu, Gate, Node, Task, NO_GATE};
+use self::placement::Placement;
+use self::prepare::Feed;
+pub use self::prepare::{prepared_path_applies, PREPARED_MIN_REQUESTS};
 use self::request::{Activation, Request};
 use self::slab::Slab;
 use crate::metrics::Recorder;
-use crate::model::{ArrivalModel, Fanout, Model};
+use crate::model::{Fanout, Model};
 use crate::timers::NodeTimers;
 
 // Stream ids for Rng::derive, so adding a stream never shifts another.
@@ -76,20 +80,38 @@ pub fn run(model: &Model) -> (Recorder, RunStats) {
 /// Which code path [`run_with`] takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
-    /// The lone-request path when [`lone_path_applies`], else the general one.
+    /// The lone-request path when [`lone_path_applies`]; else the prepared
+    /// path when [`prepared_path_applies`], the run has at least
+    /// [`PREPARED_MIN_REQUESTS`] requests and the machine a second CPU; else
+    /// the general one.
     Auto,
-    /// Always the general path (chains, fork-join, DAGs, gates, network, noise).
+    /// Always the general path on one thread (chains, fork-join, DAGs, gates,
+    /// network, noise).
     General,
+    /// The prepared path whenever [`prepared_path_applies`], whatever the
+    /// run's size (else the general one).
+    Prepared,
 }
 
-/// Like [`run`], choosing the code path. Both paths give identical results on
-/// every scenario the lone-request path accepts (`sim/tests/lone_path.rs`).
+/// Like [`run`], choosing the code path. Every path gives identical results
+/// on every scenario it accepts (`sim/tests/lone_path.rs`, `sim/tests/prepared_path.rs`).
 pub fn run_with(model: &Model, path: Path) -> (Recorder, RunStats) {
     let engine = Engine::new(model);
+    let prepared = prepared_path_applies(model)
+        && match path {
+            Path::Auto => {
+                model.warmup + model.requests >= PREPARED_MIN_REQUESTS
+                    && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
+            }
+            Path::General => false,
+            Path::Prepared => true,
+        };
     if path == Path::Auto && lone_path_applies(model) {
         engine.run_lone()
+    } else if prepared {
+        prepare::run_prepared(engine)
     } else {
-        engine.run()
+        engine.run::<false>()
     }
 }
 
@@ -130,9 +152,6 @@ pub fn lone_path_applies(m: &Model) -> bool {
         && !m.reject_late
 }
 
-/// Most instance sets whose budget the engine remembers ([`Model::placement_budget`]).
-const PLACEMENT_MEMO: usize = 1 << 16;
-
 struct Engine<'m> {
     m: &'m Model,
     now: Nanos,
@@ -168,12 +187,10 @@ struct Engine<'m> {
     stats: RunStats,
     measured_left: u64,
     scratch: Vec<u32>,
-    /// Per service, how a fan-out picks its instances.
-    pickers: Vec<DistinctPicker>,
-    /// Per stage and class, a class's own placement (`weights_by_class`), if it has one.
-    class_pickers: Vec<Vec<Option<DistinctPicker>>>,
-    /// Budgets of the placements seen so far, keyed [class, service, sorted instances...].
-    placement_budgets: std::collections::HashMap<Vec<u32>, Option<Nanos>>,
+    /// Fan-outs, instances and budgets of the activations the engine picks itself.
+    placement: Placement,
+    /// Requests prepared on the producer thread (the prepared path), else `None`.
+    feed: Option<Feed>,
 }
 
 impl<'m> Engine<'m> {
@@ -230,17 +247,7 @@ impl<'m> Engine<'m> {
             tasks: Slab::new(),
             acts: Slab::new(),
             reqs: Slab::new(),
-            arrivals: Arrivals {
-                model: m.arrival.clone(),
-                poisson_mean: match m.arrival {
-                    ArrivalModel::Poisson { mean_gap } => mean_gap,
-                    _ => 0.0,
-                },
-                rng: CounterRng::stream(Rng::derive(m.seed, STREAM_ARRIVALS).next_u64(), 0),
-                next_index: 0,
-                trace_pos: 0,
-                carry: 0.0,
-            },
+            arrivals: Arrivals::new(m),
             edge_queue: VecDeque::new(),
             in_flight: 0,
             admission: m
@@ -257,28 +264,8 @@ impl<'m> Engine<'m> {
             stats: RunStats::default(),
             measured_left: m.requests,
             scratch: Vec::new(),
-            pickers: m
-                .services
-                .iter()
-                .map(|s| {
-                    if s.instance_weight.is_empty() {
-                        DistinctPicker::uniform(s.instances)
-                    } else {
-                        DistinctPicker::weighted(s.instance_weight.clone())
-                    }
-                })
-                .collect(),
-            class_pickers: m
-                .stages
-                .iter()
-                .map(|st| {
-                    st.class_weights
-                        .iter()
-                        .map(|w| (!w.is_empty()).then(|| DistinctPicker::weighted(w.clone())))
-                        .collect()
-                })
-                .collect(),
-            placement_budgets: std::collections::HashMap::new(),
+            placement: Placement::new(m),
+            feed: None,
         }
     }
 
@@ -294,7 +281,10 @@ impl<'m> Engine<'m> {
         self.next_arrival = (time, self.seq);
     }
 
-    fn run(mut self) -> (Recorder, RunStats) {
+    /// The main loop. `PREPARED`: arrivals come from the producer's chunks
+    /// (`prepare`); a separate instance of the loop, so the general path pays
+    /// no test for it.
+    fn run<const PREPARED: bool>(mut self) -> (Recorder, RunStats) {
         self.schedule_arrival(0);
         if let Some((rate, _)) = &self.m.noise {
             for n in 0..self.nodes.len() {
@@ -319,7 +309,11 @@ impl<'m> Engine<'m> {
                 Source::Arrival => {
                     debug_assert!(self.next_arrival.0 >= self.now, "time went backwards");
                     self.now = self.next_arrival.0;
-                    self.on_arrival();
+                    if PREPARED {
+                        self.on_prepared_arrival();
+                    } else {
+                        self.on_arrival();
+                    }
                 }
                 Source::Timer => {
                     if t == NEVER {

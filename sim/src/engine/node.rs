@@ -58,6 +58,27 @@ pub(super) struct Task {
     pub(super) preempted: bool,
 }
 
+impl Task {
+    /// A task of activation `act` not sent yet: no node, demand or return hop
+    /// (the caller sets them), never dispatched.
+    #[inline]
+    pub(super) fn unsent(act: u32, gate: u32, deadline: Nanos, gat: Nanos, class: u8, measured: bool) -> Task {
+        Task {
+            act,
+            node: 0,
+            gate,
+            remaining: 0,
+            ret: 0,
+            deadline,
+            gat,
+            class,
+            measured,
+            started: false,
+            preempted: false,
+        }
+    }
+}
+
 impl<'m> Engine<'m> {
     pub(super) fn on_deliver(&mut self, task: u32) {
         let t = self.tasks.get(task);

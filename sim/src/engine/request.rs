@@ -7,8 +7,8 @@ use tailor_core::Nanos;
 
 use super::event::EvKind;
 use super::node::Task;
-use super::{Engine, PLACEMENT_MEMO};
-use crate::model::Fanout;
+use super::Engine;
+use crate::model::{Model, ServiceModel};
 use crate::scenario::Returns;
 
 /// One activation of a stage: its tasks join here.
@@ -47,12 +47,7 @@ impl<'m> Engine<'m> {
         self.schedule_arrival(self.now + gap);
 
         let mut rng = CounterRng::stream(self.request_key, index);
-        let class = if self.m.classes.len() == 1 {
-            0
-        } else {
-            let u = rng.next_f64();
-            self.m.classes.iter().position(|c| u < c.cumulative_weight).unwrap_or(self.m.classes.len() - 1) as u8
-        };
+        let class = draw_class(self.m, &mut rng);
         let measured = self.measured.contains(&index);
         if let Some(ac) = &mut self.admission {
             if !ac.admit_query(self.now, self.refused_tasks[class as usize]) {
@@ -123,55 +118,9 @@ impl<'m> Engine<'m> {
 
     /// The fan-out, instances and deadline of `req`'s activation of `stage`.
     pub(super) fn pick_activation(&mut self, req: u32, stage: usize) -> Picked {
-        let m = self.m;
-        let st = &m.stages[stage];
-        let svc = &m.services[st.service];
         let r = self.reqs.get_mut(req);
-        let k = match st.fanout_of(r.class) {
-            Fanout::Fixed(k) => *k,
-            Fanout::Table { values, cumulative } => {
-                let u = r.rng.next_f64();
-                values[cumulative.iter().position(|&c| u < c).unwrap_or(values.len() - 1)]
-            }
-        };
-        let class = r.class;
-        // k distinct instances out of `instances`, as the fan-out handler picks
-        // them; a single-instance service needs no list (the common case).
-        let single = svc.instances == 1;
-        let mut chosen = Vec::new();
-        if !single {
-            chosen = std::mem::take(&mut self.scratch);
-            chosen.clear();
-            let picker = match self.class_pickers[stage].get_mut(class as usize) {
-                Some(Some(p)) => p,
-                _ => &mut self.pickers[st.service],
-            };
-            chosen.extend_from_slice(picker.pick(&mut r.rng, k as usize));
-        }
-        let heterogeneous = m.instance_cdfs.get(st.service).is_some_and(|c| !c.is_empty());
-        let budget = if single || !heterogeneous {
-            m.budgets.get(class, stage, k)
-        } else {
-            // Eq. 1 over the instances this query picked. The same sets recur
-            // (every instance at k = 1, all of them at k = N), so memoise them;
-            // random k of many instances rarely repeat, hence the bound.
-            // Key: [class, service, the instances sorted].
-            let mut key = Vec::with_capacity(chosen.len() + 2);
-            key.extend([class as u32, st.service as u32]);
-            key.extend_from_slice(&chosen);
-            key[2..].sort_unstable();
-            match self.placement_budgets.get(key.as_slice()) {
-                Some(&b) => b,
-                None => {
-                    let b = m.placement_budget(class, st.service, &key[2..]).or(m.budgets.get(class, stage, k));
-                    if self.placement_budgets.len() >= PLACEMENT_MEMO {
-                        self.placement_budgets.clear();
-                    }
-                    self.placement_budgets.insert(key, b);
-                    b
-                }
-            }
-        };
+        let mut chosen = std::mem::take(&mut self.scratch);
+        let (k, budget) = self.placement.pick(self.m, stage, r.class, &mut r.rng, &mut chosen);
         let deadline = match budget {
             Some(b) => self.now.saturating_add(b),
             None => NEVER,
@@ -194,12 +143,10 @@ impl<'m> Engine<'m> {
         let act = self.acts.insert(Activation { req, stage: stage as u32, pending: k, ideal_end: ideal_start });
         let gate = self.service_gate[st.service];
         let instances: &[u32] = if single { &[0] } else { &chosen };
+        let unsent = Task::unsent(act, gate, deadline, gat, class, measured);
         for &inst in instances {
             let r = self.reqs.get_mut(req);
-            let mut demand = svc.service_time.sample_ns(&mut r.rng);
-            if let Some(&f) = svc.instance_scale.get(inst as usize) {
-                demand = (demand as f64 * f).round() as Nanos;
-            }
+            let demand = task_demand(svc, inst, &mut r.rng);
             let delay = m.network.as_ref().map_or(0, |d| d.sample_ns(&mut r.rng));
             let ret = match (&m.network, m.returns) {
                 (Some(d), Returns::PerTask) => d.sample_ns(&mut r.rng),
@@ -209,30 +156,23 @@ impl<'m> Engine<'m> {
             let a = self.acts.get_mut(act);
             a.ideal_end = a.ideal_end.max(ideal_start + delay + demand + ret);
             let node = (svc.first_node + inst as usize) as u32;
-            if let Some(late) = &mut self.late {
-                late.sent(node as usize, late.key(node as usize, deadline, class));
-            }
-            let task = self.tasks.insert(Task {
-                act,
-                node,
-                gate,
-                remaining: demand,
-                ret,
-                deadline,
-                gat,
-                class,
-                measured,
-                started: false,
-                preempted: false,
-            });
-            if delay == 0 {
-                self.on_deliver(task);
-            } else {
-                self.push(self.now + delay, EvKind::Deliver { task });
-            }
+            self.send_task(Task { node, remaining: demand, ret, ..unsent }, delay);
         }
-        if !single {
-            self.scratch = chosen;
+        self.scratch = chosen;
+    }
+
+    /// Sends one task of an activation to its node, now or after `delay`.
+    #[inline]
+    pub(super) fn send_task(&mut self, task: Task, delay: Nanos) {
+        if let Some(late) = &mut self.late {
+            let node = task.node as usize;
+            late.sent(node, late.key(node, task.deadline, task.class));
+        }
+        let task = self.tasks.insert(task);
+        if delay == 0 {
+            self.on_deliver(task);
+        } else {
+            self.push(self.now + delay, EvKind::Deliver { task });
         }
     }
 
@@ -294,5 +234,27 @@ impl<'m> Engine<'m> {
         if let Some(next) = self.edge_queue.pop_front() {
             self.start(next);
         }
+    }
+}
+
+/// The request's class, drawn first from its stream (no draw with one class).
+#[inline]
+pub(super) fn draw_class(m: &Model, rng: &mut CounterRng) -> u8 {
+    if m.classes.len() == 1 {
+        0
+    } else {
+        let u = rng.next_f64();
+        m.classes.iter().position(|c| u < c.cumulative_weight).unwrap_or(m.classes.len() - 1) as u8
+    }
+}
+
+/// One task's CPU demand on instance `inst` of `svc`: a draw from the service's
+/// distribution, scaled by the instance's speed.
+#[inline]
+pub(super) fn task_demand(svc: &ServiceModel, inst: u32, rng: &mut CounterRng) -> Nanos {
+    let demand = svc.service_time.sample_ns(rng);
+    match svc.instance_scale.get(inst as usize) {
+        Some(&f) => (demand as f64 * f).round() as Nanos,
+        None => demand,
     }
 }
