@@ -500,3 +500,30 @@ fn preempted_jobs_are_replayed_without_their_rotation_cost() {
     };
     assert_eq!(p99s(inflated), p99s(jobs));
 }
+
+/// The window on which the free replay moves `c` to 64 (above), with the departures the node
+/// recorded. Where they are what the replay at the capacity that ran (FCFS) gives, the replay
+/// is faithful and `c` moves; where every request took three times as long in the node, the
+/// replay reproduces none of it (on the real chain: FCFS replayed at 82 ms, measured at
+/// 194 ms) and `c` holds at FCFS.
+#[test]
+fn a_replay_that_does_not_reproduce_what_ran_does_not_move_c() {
+    let jobs = workload(&Dist::lognormal_ns(ms(1.0), ms(10.0)), 0.7, 2, 2000, 1);
+    let fcfs = fluid_orf(&jobs, 2, 2, 1.0);
+    let decide = |slowdown: Nanos| {
+        let recorded: Vec<Record> = jobs
+            .iter()
+            .zip(&fcfs)
+            .map(|(r, &done)| Record { left: r.arrive + slowdown * (done - r.arrive), ..*r })
+            .collect();
+        let mut d = Decider::new(2, 64, 500_000, 2000);
+        d.decide(&Window { seq: 0, jobs: recorded, switch_cost: 0 });
+        (d.cap(), d.fidelity())
+    };
+    let (faithful, f) = decide(1);
+    assert_eq!(faithful, 64, "{f:?}");
+    assert!(f.error() < 0.01 && f.faithful(), "{f:?}");
+    let (unfaithful, f) = decide(3);
+    assert!(f.error() > 0.5 && !f.faithful(), "{f:?}");
+    assert_eq!(unfaithful, 2, "{f:?}");
+}
