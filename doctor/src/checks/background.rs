@@ -147,7 +147,9 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
             wait_share * 100.0
         )
     };
-    let fix = "give the service CPUs of its own, or run it above the other work: raise it to a real-time class or move the other work to SCHED_IDLE / an idle cgroup (Tales: raise priority to realtime or assign a dedicated core)";
+    // SCHED_IDLE for the other work first: on nginx beside a busy loop it cut measured/ideal
+    // in every validation round, the server in SCHED_FIFO in one of three (docs/results/doctor.md).
+    let fix = "move the other work below the service: SCHED_IDLE or an idle cgroup (Temper's fence); or give the service CPUs of its own, or raise it to a real-time class (Tales: raise priority to realtime or assign a dedicated core)";
     let node_fix = node_can(
         "yes: a critical tier matching the service with `cpus = \"…\"` (cpuset fence) and `rt_priority = 1`, and a best-effort tier for the other work (cpu.idle / SCHED_IDLE); journaled, undone by `tailor node safe-mode`",
     );
