@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use tailor_bench::proxybench::cost::{self, CostConfig};
-use tailor_bench::proxybench::effect::{self, EffectConfig, Sidecars};
+use tailor_bench::proxybench::effect::{self, EffectConfig, SidecarC, Sidecars};
 use tailor_bench::proxybench::Programs;
 use tailor_bench::workload::Workload;
 
@@ -78,9 +78,16 @@ pub struct BenchProxyArgs {
     /// Effect: CPUs ρ is computed against (default: the CPUs this process may use).
     #[arg(long)]
     cores: Option<usize>,
-    /// Effect: each sidecar's `c` (default: --cores).
+    /// Effect: each sidecar's `c`: a count, or `adaptive` (left out of the sidecars'
+    /// configurations: their own limit; the prediction models its mean over the run)
+    /// (default: --cores).
+    #[arg(long, value_parser = SidecarC::parse)]
+    c: Option<SidecarC>,
+    /// Effect: the chain's own CPU per request (µs) that ρ counts (default: the costliest
+    /// chain's, measured at zero demand). Give it to split a grid over several runs: with the
+    /// same value, `--sidecars` subsets get the same requests at each point.
     #[arg(long)]
-    c: Option<usize>,
+    rho_overhead_us: Option<f64>,
     /// Effect: worker processes of the Python tier.
     #[arg(long, default_value_t = 2)]
     python_workers: usize,
@@ -104,6 +111,9 @@ pub fn main(mut args: BenchProxyArgs) -> Result<(), String> {
     }
     if let Some(bad) = args.loads.iter().find(|&&l| !(l > 0.0 && l < 1.0)) {
         return Err(format!("--loads: {bad} is not a utilization in (0, 1); use e.g. 0.5,0.7,0.85"));
+    }
+    if args.rho_overhead_us.is_some_and(|o| !(o >= 0.0 && o.is_finite())) {
+        return Err("--rho-overhead-us: must be a number of µs ≥ 0, e.g. 2500".into());
     }
     if args.rates.iter().any(|&r| r <= 0.0) || args.rounds == 0 || args.workers == 0 || args.requests == 0 {
         return Err("--rates, --rounds, --workers and --requests must be > 0".into());
@@ -152,7 +162,7 @@ pub fn main(mut args: BenchProxyArgs) -> Result<(), String> {
         let cores = args.cores.unwrap_or_else(tailor_runtime::available_cpus);
         let cfg = EffectConfig {
             cores,
-            c: args.c.unwrap_or(cores),
+            c: args.c.unwrap_or(SidecarC::Fixed(cores)),
             python_workers: args.python_workers,
             mean_ms: args.mean_ms,
             workloads: args.workload.clone(),
@@ -161,16 +171,19 @@ pub fn main(mut args: BenchProxyArgs) -> Result<(), String> {
             modes: args.sidecars.clone(),
             requests: args.requests,
             warmup: args.warmup,
+            rho_overhead_us: args.rho_overhead_us,
             out: args.out.clone(),
         };
         let report = effect::run(&programs, &cfg, &progress)?;
         effect::write(&report, &cfg.workloads, &args.out)?;
         let _ = writeln!(
             md,
-            "## Effect\n\nedge → Go → Python → Go, {} CPUs, c = {} per sidecar, mean demand {} ms per tier, {} measured requests per run after {}; seeds {:?}; load average {} before, {} after; {:.0} s.\n\n{}\n{}",
+            "## Effect\n\nedge → Go → Python ({} workers) → Go, {} CPUs, c = {} per sidecar, mean demand {} ms per tier, ρ counting {:.0} µs of the chain's own CPU per request, {} measured requests per run after {}; seeds {:?}; load average {} before, {} after; {:.0} s.\n\n{}\n{}",
+            report.python_workers,
             report.cores,
             report.c,
             report.mean_ms,
+            report.rho_overhead_us,
             report.requests,
             report.warmup,
             cfg.seeds,

@@ -32,6 +32,11 @@ fn wait_for(why: &str, mut what: impl FnMut() -> bool) {
 /// Starts `sidecars`' chain with one slot at the first tier (so requests queue there) in
 /// a directory of its own; None, after saying why, without Go or python3.
 fn start_chain(test: &str, sidecars: Sidecars) -> Option<(ProxyChain, PathBuf)> {
+    start_chain_with(test, sidecars, [Some(1), Some(2), Some(2)])
+}
+
+/// As `start_chain`, each sidecar with `c` (`None`: left out, the adaptive limit).
+fn start_chain_with(test: &str, sidecars: Sidecars, c: [Option<usize>; TIERS]) -> Option<(ProxyChain, PathBuf)> {
     let out = std::env::temp_dir().join(format!("tailor-{test}-{}", std::process::id()));
     let programs = match Programs::prepare(Path::new(env!("CARGO_BIN_EXE_tailor")), &out) {
         Ok(p) => p,
@@ -40,7 +45,7 @@ fn start_chain(test: &str, sidecars: Sidecars) -> Option<(ProxyChain, PathBuf)> 
             return None;
         }
     };
-    let spec = ChainSpec { sidecars, c: [1, 2, 2], python_workers: 2, logs: out.join("logs") };
+    let spec = ChainSpec { sidecars, c, python_workers: 2, logs: out.join("logs") };
     Some((ProxyChain::start(&programs, &spec).unwrap_or_else(|e| panic!("{e}")), out))
 }
 
@@ -184,6 +189,32 @@ fn the_orf_chain_s_first_sidecar_keeps_a_request_s_slot_until_the_chain_has_answ
             metric(tier, "tailor_proxy_in_flight") == 0.0 && metric(tier, "tailor_proxy_queue_length") == 0.0
         });
     }
+    drop(chain);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn a_chain_without_c_runs_each_sidecar_on_its_adaptive_limit() {
+    // `c` left out: each sidecar's limit is its own (Vegas, starting at twice the CPUs it
+    // may use, which a few unqueued requests do not move); a fixed `c` is reported as given.
+    let Some((chain, out)) = start_chain_with(
+        "a_chain_without_c_runs_each_sidecar_on_its_adaptive_limit",
+        Sidecars::OrfChain,
+        [None, None, Some(3)],
+    ) else {
+        return;
+    };
+    for _ in 0..20 {
+        let lines = chain.trace(&chain.entry, &[("tailor-demand-us", "100,100,100")]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(lines.len(), TIERS, "{lines:?}");
+    }
+    let start = 2.0 * tailor_runtime::available_cpus() as f64;
+    let metric =
+        |tier: usize| chain.sidecar_metric(tier, "tailor_proxy_concurrency_limit").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((metric(0), metric(1), metric(2)), (start, start, 3.0), "the limits of the three sidecars");
+    let conf = std::fs::read_to_string(out.join("logs/effect-orf-chain-sidecar0.toml")).expect("the first config");
+    assert!(!conf.lines().any(|l| l.starts_with("c =")), "{conf}");
+    assert!(conf.contains("release_on_egress = false"), "{conf}");
     drop(chain);
     let _ = std::fs::remove_dir_all(&out);
 }

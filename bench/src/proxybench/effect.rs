@@ -93,6 +93,45 @@ impl Sidecars {
     }
 }
 
+/// Each sidecar's `c`: fixed, or left out of its configuration (the sidecar's adaptive
+/// limit, what a service nobody profiled gets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SidecarC {
+    Fixed(usize),
+    Adaptive,
+}
+
+impl SidecarC {
+    /// `adaptive` or a count ≥ 1.
+    pub fn parse(s: &str) -> Result<SidecarC, String> {
+        match s {
+            "adaptive" => Ok(SidecarC::Adaptive),
+            _ => match s.parse::<usize>() {
+                Ok(c) if c > 0 => Ok(SidecarC::Fixed(c)),
+                _ => Err(format!("`{s}` is not a `c`: use a count ≥ 1 or `adaptive` (the sidecar's own limit)")),
+            },
+        }
+    }
+
+    /// What the sidecar's configuration says (`None`: `c` left out).
+    pub fn fixed(self) -> Option<usize> {
+        match self {
+            SidecarC::Fixed(c) => Some(c),
+            SidecarC::Adaptive => None,
+        }
+    }
+}
+
+impl std::fmt::Display for SidecarC {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SidecarC::Fixed(c) => write!(f, "{c}"),
+            SidecarC::Adaptive => f.write_str("adaptive"),
+        }
+    }
+}
+
 /// A running chain; dropping it stops every process (edge first).
 pub struct ProxyChain {
     procs: Processes,
@@ -108,8 +147,9 @@ pub struct ProxyChain {
 #[derive(Clone, Debug)]
 pub struct ChainSpec {
     pub sidecars: Sidecars,
-    /// Requests each sidecar lets into its service at once, per tier.
-    pub c: [usize; TIERS],
+    /// Requests each sidecar lets into its service at once, per tier; `None`: the sidecar's
+    /// adaptive limit (`c` left out of its configuration).
+    pub c: [Option<usize>; TIERS],
     /// Worker processes of the Python tier.
     pub python_workers: usize,
     pub logs: PathBuf,
@@ -166,9 +206,9 @@ impl ProxyChain {
             // chain, so the ones behind it never queue.
             let release = !(spec.sidecars == Sidecars::OrfChain && tier == 0);
             let mut toml = format!(
-                "listen = \"127.0.0.1:{listen}\"\nupstream = \"{service}\"\nadmin = \"127.0.0.1:{admin}\"\norder = \"{}\"\nc = {}\nrelease_on_egress = {release}\ndrain_timeout_ms = 100\n",
+                "listen = \"127.0.0.1:{listen}\"\nupstream = \"{service}\"\nadmin = \"127.0.0.1:{admin}\"\norder = \"{}\"\n{}release_on_egress = {release}\ndrain_timeout_ms = 100\n",
                 spec.sidecars.order(),
-                spec.c[tier]
+                spec.c[tier].map_or(String::new(), |c| format!("c = {c}\n"))
             );
             if let Some(n) = &next {
                 let _ = write!(toml, "\n[[egress]]\nlisten = \"127.0.0.1:{egress}\"\nupstream = \"{n}\"\n");
@@ -282,7 +322,7 @@ pub struct EffectConfig {
     /// CPUs ρ is computed against.
     pub cores: usize,
     /// Sidecars' `c` (each tier).
-    pub c: usize,
+    pub c: SidecarC,
     pub python_workers: usize,
     /// Mean CPU demand per tier (ms) of the scaled TailClipper workloads.
     pub mean_ms: f64,
@@ -293,6 +333,10 @@ pub struct EffectConfig {
     /// Measured requests per run, after `warmup` unmeasured ones.
     pub requests: usize,
     pub warmup: usize,
+    /// The chain's own CPU per request ρ counts, µs; `None`: the costliest chain's, measured
+    /// at zero demand. Fixing it gives runs with different `--sidecars` the same requests
+    /// at a point (the rate, and so the arrivals, follow from it).
+    pub rho_overhead_us: Option<f64>,
     pub out: PathBuf,
 }
 
@@ -312,7 +356,7 @@ impl EffectConfig {
             warmup: self.warmup,
             seed: 0,
             out: self.out.clone(),
-            orf_c: self.c,
+            orf_c: self.c.fixed().unwrap_or(self.cores),
             slice_us: 500.0,
             bucket_us: 2_000.0,
             trace: None,
@@ -346,19 +390,59 @@ pub struct EffectRun {
     pub cpu: CpuUsage,
     /// CPU per request beyond the demand in this run, µs (what the model charges).
     pub overhead_us: f64,
+    /// The first sidecar's concurrency limit over the run (sampled every 250 ms).
+    pub limit: Option<LimitSeen>,
+    /// The `c` the prediction models (the adaptive limit's mean, rounded).
+    pub predicted_c: Option<usize>,
     pub predicted_p99_ms: Option<f64>,
     pub predicted_reordering_pct: Option<f64>,
     pub predicted_error: Option<String>,
+}
+
+/// A sidecar's limit and queue as sampled through a run.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct LimitSeen {
+    pub samples: usize,
+    pub mean: f64,
+    pub min: f64,
+    pub max: f64,
+    /// Mean requests waiting in the sidecar.
+    pub queue_mean: f64,
+}
+
+impl LimitSeen {
+    /// Over `(limit, queue)` samples; None without any.
+    pub fn of(samples: &[(f64, f64)]) -> Option<LimitSeen> {
+        if samples.is_empty() {
+            return None;
+        }
+        let n = samples.len() as f64;
+        Some(LimitSeen {
+            samples: samples.len(),
+            mean: samples.iter().map(|s| s.0).sum::<f64>() / n,
+            min: samples.iter().map(|s| s.0).fold(f64::INFINITY, f64::min),
+            max: samples.iter().map(|s| s.0).fold(f64::NEG_INFINITY, f64::max),
+            queue_mean: samples.iter().map(|s| s.1).sum::<f64>() / n,
+        })
+    }
+
+    /// The fixed `c` that models it: the mean limit, rounded, at least 1.
+    pub fn model_c(&self) -> usize {
+        (self.mean.round() as usize).max(1)
+    }
 }
 
 /// Everything one effect benchmark produced (`effect.json`).
 #[derive(Clone, Debug, Serialize)]
 pub struct EffectReport {
     pub cores: usize,
-    pub c: usize,
+    pub c: SidecarC,
+    pub python_workers: usize,
     pub mean_ms: f64,
     pub requests: usize,
     pub warmup: usize,
+    /// The chain's own CPU per request ρ counts, µs (given, or the costliest calibration).
+    pub rho_overhead_us: f64,
     pub calibrations: Vec<Calibration>,
     pub runs: Vec<EffectRun>,
     pub load_average_before: String,
@@ -369,6 +453,37 @@ pub struct EffectReport {
 fn send(entry: &Uri, plan: &Plan, timeout: Duration) -> Result<Vec<crate::record::RequestRecord>, String> {
     let cfg = LoadgenConfig { uri: entry.clone(), timeout, max_in_flight: 4096, rt_priority: None };
     loadgen::run(plan, &cfg).map_err(|e| e.to_string())
+}
+
+/// Sends `plan` into `chain` while sampling its first sidecar's limit and queue every
+/// 250 ms (none without sidecars).
+fn send_sampling(
+    chain: &ProxyChain,
+    plan: &Plan,
+    timeout: Duration,
+) -> Result<(Vec<crate::record::RequestRecord>, Option<LimitSeen>), String> {
+    if chain.sidecar_admins.is_empty() {
+        return Ok((send(&chain.entry, plan, timeout)?, None));
+    }
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut seen = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let limit = chain.sidecar_metric(0, "tailor_proxy_concurrency_limit");
+                let queue = chain.sidecar_metric(0, "tailor_proxy_queue_length");
+                if let (Ok(l), Ok(q)) = (limit, queue) {
+                    seen.push((l, q));
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            seen
+        });
+        let records = send(&chain.entry, plan, timeout);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let seen = sampler.join().map_err(|_| "the limit sampler panicked".to_string())?;
+        Ok((records?, LimitSeen::of(&seen)))
+    })
 }
 
 /// CPU per request and latency of `chain` at zero demand: 100 warm-up requests, then 300
@@ -402,8 +517,12 @@ pub fn run(programs: &Programs, cfg: &EffectConfig, say: &dyn Progress) -> Resul
     let logs = cfg.out.join("logs");
     let mut chains = Vec::new();
     for &mode in &cfg.modes {
-        let spec =
-            ChainSpec { sidecars: mode, c: [cfg.c; TIERS], python_workers: cfg.python_workers, logs: logs.clone() };
+        let spec = ChainSpec {
+            sidecars: mode,
+            c: [cfg.c.fixed(); TIERS],
+            python_workers: cfg.python_workers,
+            logs: logs.clone(),
+        };
         chains.push(ProxyChain::start(programs, &spec)?);
     }
     let mut calibrations = Vec::new();
@@ -419,7 +538,9 @@ pub fn run(programs: &Programs, cfg: &EffectConfig, say: &dyn Progress) -> Resul
     }
     // ρ counts the costliest chain's own CPU (the one with sidecars): the chains without
     // them get the same requests, which load their CPUs a little less.
-    let overhead_ns = calibrations.iter().map(|c| c.overhead_us).fold(0.0, f64::max) * 1e3;
+    let rho_overhead_us =
+        cfg.rho_overhead_us.unwrap_or_else(|| calibrations.iter().map(|c| c.overhead_us).fold(0.0, f64::max));
+    let overhead_ns = rho_overhead_us * 1e3;
     let total = cfg.workloads.len() * cfg.loads.len() * cfg.seeds.len() * chains.len();
     say.start(total as u64, "proxy effect");
     let mut runs = Vec::new();
@@ -437,16 +558,20 @@ pub fn run(programs: &Programs, cfg: &EffectConfig, say: &dyn Progress) -> Resul
                     let cal = calibrations.iter().find(|c| c.sidecars == chain.sidecars).expect("calibrated");
                     let pids = chain.pids();
                     let before = cpuacct::snapshot(&pids);
-                    let records = send(&chain.entry, &plan, demo.timeout)?;
+                    let (records, limit) = send_sampling(chain, &plan, demo.timeout)?;
                     let cpu = cpuacct::usage(&before, &cpuacct::snapshot(&pids), records.len());
                     let summary = summarize(&records, cfg.warmup, TIERS as u32, cfg.cores);
                     let mean_demand_us = records.iter().map(|r| r.total_demand_ns() as f64 / 1e3).sum::<f64>()
                         / records.len().max(1) as f64;
                     let measured = cpu.cpu_per_request_us - mean_demand_us;
                     let overhead_us = if measured > 0.0 { measured } else { cal.overhead_us };
+                    let predicted_c = match cfg.c {
+                        SidecarC::Fixed(c) => c,
+                        SidecarC::Adaptive => limit.map_or(cfg.cores * 2, |l| l.model_c()),
+                    };
                     let spec = PredictSpec {
                         name: format!("proxy-{}-{w}-rho{rho}-seed{seed}", chain.sidecars.name()),
-                        model: chain.sidecars.model(&demo, cfg.c),
+                        model: chain.sidecars.model(&demo, predicted_c),
                         workload: w,
                         mean_ms: cfg.mean_ms,
                         tiers: TIERS,
@@ -472,6 +597,8 @@ pub fn run(programs: &Programs, cfg: &EffectConfig, say: &dyn Progress) -> Resul
                         summary,
                         cpu,
                         overhead_us,
+                        limit,
+                        predicted_c: (chain.sidecars != Sidecars::None).then_some(predicted_c),
                         predicted_p99_ms: p99,
                         predicted_reordering_pct: reord,
                         predicted_error: err,
@@ -489,9 +616,11 @@ pub fn run(programs: &Programs, cfg: &EffectConfig, say: &dyn Progress) -> Resul
     Ok(EffectReport {
         cores: cfg.cores,
         c: cfg.c,
+        python_workers: cfg.python_workers,
         mean_ms: cfg.mean_ms,
         requests: cfg.requests,
         warmup: cfg.warmup,
+        rho_overhead_us,
         calibrations,
         runs,
         load_average_before,
@@ -509,7 +638,7 @@ fn turns(point: usize, chains: usize) -> impl Iterator<Item = usize> {
 fn row_line(r: &EffectRun) -> String {
     let s = &r.summary;
     format!(
-        "{:<5} {:<9} ρ {:.2} seed {} {:>4.0} req/s  p50 {:>7.2}  p99 {:>7.2} ms (sim {})  reorder {:>4.1}% (sim {})  ok {}/{}  other jobs {:.2} CPUs",
+        "{:<5} {:<9} ρ {:.2} seed {} {:>4.0} req/s  p50 {:>7.2}  p99 {:>7.2} ms (sim {})  reorder {:>4.1}% (sim {})  ok {}/{}  other jobs {:.2} CPUs{}",
         r.sidecars.name(),
         r.workload,
         r.rho,
@@ -522,7 +651,11 @@ fn row_line(r: &EffectRun) -> String {
         r.predicted_reordering_pct.map_or("-".into(), |p| format!("{p:.1}%")),
         s.ok,
         s.requests,
-        r.cpu.background_cpus
+        r.cpu.background_cpus,
+        r.limit.map_or(String::new(), |l| format!(
+            "  first sidecar's limit {:.1} ({:.0}–{:.0}), queue {:.1}",
+            l.mean, l.min, l.max, l.queue_mean
+        ))
     )
 }
 
@@ -550,11 +683,42 @@ fn points(r: &EffectReport) -> Vec<(String, f64)> {
     out
 }
 
-/// The markdown table: per workload, ρ and chain, the p99 of each seed, their median, the
-/// simulator's (median over seeds), the cut against no sidecars, reordering and errors.
+/// Each run's p99 over the p99 of the run without sidecars with the same seed (the same
+/// requests), in `runs`' order; runs without such a partner are left out.
+fn paired_ratios(r: &EffectReport, runs: &[&EffectRun]) -> Vec<f64> {
+    runs.iter()
+        .filter_map(|x| {
+            let none = r.runs.iter().find(|n| {
+                n.sidecars == Sidecars::None && n.workload == x.workload && n.rho == x.rho && n.seed == x.seed
+            })?;
+            Some(x.summary.latency_ms.p99 / none.summary.latency_ms.p99)
+        })
+        .collect()
+}
+
+/// The `c` column: fixed, or the adaptive limit's mean over the runs (lowest–highest seen).
+fn c_cell(r: &EffectReport, runs: &[&EffectRun]) -> String {
+    match r.c {
+        SidecarC::Fixed(c) => c.to_string(),
+        SidecarC::Adaptive => {
+            let seen: Vec<LimitSeen> = runs.iter().filter_map(|x| x.limit).collect();
+            if seen.is_empty() {
+                return "adaptive".into();
+            }
+            let lo = seen.iter().map(|l| l.min).fold(f64::INFINITY, f64::min);
+            let hi = seen.iter().map(|l| l.max).fold(f64::NEG_INFINITY, f64::max);
+            format!("adaptive {:.1} ({lo:.0}–{hi:.0})", median(seen.iter().map(|l| l.mean).collect()))
+        }
+    }
+}
+
+/// The markdown table: per workload, ρ and chain, the p99 of each seed, their median and
+/// spread (highest ÷ lowest), the simulator's (median over seeds), the cut against no
+/// sidecars (of the medians, and the median of each seed's ratio on the same requests),
+/// reordering and errors.
 pub fn table(r: &EffectReport) -> String {
     let mut s = String::from(
-        "| workload | ρ | sidecars | p99 ms per seed | median p99 ms | sim p99 ms | measured ÷ sim | vs none | reordering % (sim) | errors | other jobs' CPUs |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| workload | ρ | sidecars | c | p99 ms per seed | median p99 ms | spread | sim p99 ms | measured ÷ sim | vs none | vs none per seed (median) | reordering % (sim) | errors | other jobs' CPUs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (w, rho) in points(r) {
         let none = median(runs_of(r, Sidecars::None, &w, rho).iter().map(|x| x.summary.latency_ms.p99).collect());
@@ -564,6 +728,19 @@ pub fn table(r: &EffectReport) -> String {
                 continue;
             }
             let p99: Vec<f64> = runs.iter().map(|x| x.summary.latency_ms.p99).collect();
+            let spread = p99.iter().fold(0.0, |a: f64, &b| a.max(b)) / p99.iter().fold(f64::INFINITY, |a, &b| a.min(b));
+            let (c, paired) = if mode == Sidecars::None {
+                ("".to_string(), "".to_string())
+            } else {
+                let ratios = paired_ratios(r, &runs);
+                let per: Vec<String> = ratios.iter().map(|x| format!("{:+.0}%", (x - 1.0) * 100.0)).collect();
+                let paired = if ratios.is_empty() {
+                    String::new()
+                } else {
+                    format!("{} ({:+.0}%)", per.join(" / "), (median(ratios) - 1.0) * 100.0)
+                };
+                (c_cell(r, &runs), paired)
+            };
             let med = median(p99.clone());
             let sim = median(runs.iter().filter_map(|x| x.predicted_p99_ms).collect());
             let reord = median(runs.iter().map(|x| x.summary.reordering_pct).collect());
@@ -577,7 +754,7 @@ pub fn table(r: &EffectReport) -> String {
             let per_seed: Vec<String> = p99.iter().map(|p| format!("{p:.1}")).collect();
             let _ = writeln!(
                 s,
-                "| {w} | {rho:.2} | {} | {} | {med:.1} | {sim:.1} | {:.2} | {cut} | {reord:.1} ({sim_reord:.1}) | {errors} | {:.2} |",
+                "| {w} | {rho:.2} | {} | {c} | {} | {med:.1} | {spread:.2} | {sim:.1} | {:.2} | {cut} | {paired} | {reord:.1} ({sim_reord:.1}) | {errors} | {:.2} |",
                 mode.name(),
                 per_seed.join(" / "),
                 med / sim,
@@ -696,5 +873,91 @@ mod tests {
             firsts.sort_unstable();
             assert_eq!(firsts, (0..chains).collect::<Vec<_>>(), "{chains} chains");
         }
+    }
+
+    #[test]
+    fn sidecar_c_is_a_count_or_adaptive() {
+        assert_eq!(SidecarC::parse("3"), Ok(SidecarC::Fixed(3)));
+        assert_eq!(SidecarC::parse("adaptive"), Ok(SidecarC::Adaptive));
+        for bad in ["0", "-1", "auto", ""] {
+            let e = SidecarC::parse(bad).expect_err(bad);
+            assert!(e.contains("adaptive") && e.contains(&format!("`{bad}`")), "{e}");
+        }
+        assert_eq!((SidecarC::Fixed(6).fixed(), SidecarC::Adaptive.fixed()), (Some(6), None));
+        assert_eq!(SidecarC::Adaptive.to_string(), "adaptive");
+    }
+
+    #[test]
+    fn the_limit_seen_is_modelled_by_its_rounded_mean() {
+        assert_eq!(LimitSeen::of(&[]), None);
+        let seen = LimitSeen::of(&[(4.0, 0.0), (5.0, 2.0), (7.0, 1.0)]).expect("samples");
+        assert_eq!((seen.samples, seen.min, seen.max), (3, 4.0, 7.0));
+        assert!((seen.mean - 16.0 / 3.0).abs() < 1e-9 && (seen.queue_mean - 1.0).abs() < 1e-9, "{seen:?}");
+        assert_eq!(seen.model_c(), 5);
+        assert_eq!(LimitSeen::of(&[(0.2, 0.0)]).expect("one").model_c(), 1, "never a c of 0");
+    }
+
+    fn run(sidecars: Sidecars, seed: u64, p99: f64, limit: Option<(f64, f64)>) -> EffectRun {
+        let mut summary = summarize(&[], 0, TIERS as u32, 2);
+        summary.latency_ms.p99 = p99;
+        EffectRun {
+            sidecars,
+            workload: "exp".into(),
+            rho: 0.85,
+            seed,
+            rate_rps: 100.0,
+            summary,
+            cpu: CpuUsage::default(),
+            overhead_us: 2000.0,
+            limit: limit.and_then(|(lo, hi)| LimitSeen::of(&[(lo, 0.0), (hi, 0.0)])),
+            predicted_c: None,
+            predicted_p99_ms: Some(p99),
+            predicted_reordering_pct: Some(0.0),
+            predicted_error: None,
+        }
+    }
+
+    fn report(c: SidecarC, runs: Vec<EffectRun>) -> EffectReport {
+        EffectReport {
+            cores: 2,
+            c,
+            python_workers: 4,
+            mean_ms: 5.0,
+            requests: 5000,
+            warmup: 300,
+            rho_overhead_us: 2500.0,
+            calibrations: Vec::new(),
+            runs,
+            load_average_before: String::new(),
+            load_average_after: String::new(),
+            wall_seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn the_table_pairs_each_seed_with_no_sidecars_on_the_same_requests() {
+        // Medians 200 vs 120 (−40%); per seed −30%, −40%, −20% (median −30%).
+        let runs = vec![
+            run(Sidecars::None, 1, 100.0, None),
+            run(Sidecars::None, 2, 200.0, None),
+            run(Sidecars::None, 3, 300.0, None),
+            run(Sidecars::OrfChain, 1, 70.0, Some((3.0, 5.0))),
+            run(Sidecars::OrfChain, 2, 120.0, Some((4.0, 6.0))),
+            run(Sidecars::OrfChain, 3, 240.0, Some((2.0, 4.0))),
+        ];
+        let table = table(&report(SidecarC::Adaptive, runs.clone()));
+        let row = table.lines().find(|l| l.contains("| orf-chain |")).expect("an orf-chain row");
+        assert!(row.contains("| 70.0 / 120.0 / 240.0 | 120.0 | 3.43 |"), "{row}");
+        assert!(row.contains("| -40% | -30% / -40% / -20% (-30%) |"), "{row}");
+        assert!(row.contains("| adaptive 4.0 (2–6) |"), "{row}");
+        let none = table.lines().find(|l| l.contains("| none |")).expect("a none row");
+        assert!(none.contains("| 100.0 / 200.0 / 300.0 | 200.0 | 3.00 |"), "{none}");
+
+        // A run whose seed has no partner without sidecars gets no paired ratio.
+        let mut alone = runs.clone();
+        alone.retain(|r| r.sidecars != Sidecars::None || r.seed != 2);
+        let table = super::table(&report(SidecarC::Fixed(3), alone));
+        let row = table.lines().find(|l| l.contains("| orf-chain |")).expect("an orf-chain row");
+        assert!(row.contains("| orf-chain | 3 |") && row.contains("| -30% / -20% (-20%) |"), "{row}");
     }
 }
