@@ -1,0 +1,102 @@
+use super::*;
+
+#[test]
+fn every_chain_runs_once_at_every_point_and_the_first_rotates() {
+    for chains in 1..=5 {
+        let mut firsts = Vec::new();
+        for point in 0..chains {
+            let mut order: Vec<usize> = turns(point, chains).collect();
+            firsts.push(order[0]);
+            order.sort_unstable();
+            assert_eq!(order, (0..chains).collect::<Vec<_>>(), "point {point} of {chains} chains");
+        }
+        firsts.sort_unstable();
+        assert_eq!(firsts, (0..chains).collect::<Vec<_>>(), "{chains} chains");
+    }
+}
+
+#[test]
+fn sidecar_c_is_a_count_or_adaptive() {
+    assert_eq!(SidecarC::parse("3"), Ok(SidecarC::Fixed(3)));
+    assert_eq!(SidecarC::parse("adaptive"), Ok(SidecarC::Adaptive));
+    for bad in ["0", "-1", "auto", ""] {
+        let e = SidecarC::parse(bad).expect_err(bad);
+        assert!(e.contains("adaptive") && e.contains(&format!("`{bad}`")), "{e}");
+    }
+    assert_eq!((SidecarC::Fixed(6).fixed(), SidecarC::Adaptive.fixed()), (Some(6), None));
+    assert_eq!(SidecarC::Adaptive.to_string(), "adaptive");
+}
+
+#[test]
+fn the_limit_seen_is_modelled_by_its_rounded_mean() {
+    assert_eq!(LimitSeen::of(&[]), None);
+    let seen = LimitSeen::of(&[(4.0, 0.0), (5.0, 2.0), (7.0, 1.0)]).expect("samples");
+    assert_eq!((seen.samples, seen.min, seen.max), (3, 4.0, 7.0));
+    assert!((seen.mean - 16.0 / 3.0).abs() < 1e-9 && (seen.queue_mean - 1.0).abs() < 1e-9, "{seen:?}");
+    assert_eq!(seen.model_c(), 5);
+    assert_eq!(LimitSeen::of(&[(0.2, 0.0)]).expect("one").model_c(), 1, "never a c of 0");
+}
+
+fn run(sidecars: Sidecars, seed: u64, p99: f64, limit: Option<(f64, f64)>) -> EffectRun {
+    let mut summary = summarize(&[], 0, TIERS as u32, 2);
+    summary.latency_ms.p99 = p99;
+    EffectRun {
+        sidecars,
+        workload: "exp".into(),
+        rho: 0.85,
+        seed,
+        rate_rps: 100.0,
+        summary,
+        cpu: CpuUsage::default(),
+        overhead_us: 2000.0,
+        limit: limit.and_then(|(lo, hi)| LimitSeen::of(&[(lo, 0.0), (hi, 0.0)])),
+        predicted_c: None,
+        predicted_p99_ms: Some(p99),
+        predicted_reordering_pct: Some(0.0),
+        predicted_error: None,
+    }
+}
+
+fn report(c: SidecarC, runs: Vec<EffectRun>) -> EffectReport {
+    EffectReport {
+        cores: 2,
+        c,
+        python_workers: 4,
+        mean_ms: 5.0,
+        requests: 5000,
+        warmup: 300,
+        rho_overhead_us: 2500.0,
+        calibrations: Vec::new(),
+        runs,
+        load_average_before: String::new(),
+        load_average_after: String::new(),
+        wall_seconds: 0.0,
+    }
+}
+
+#[test]
+fn the_table_pairs_each_seed_with_no_sidecars_on_the_same_requests() {
+    // Medians 200 vs 120 (−40%); per seed −30%, −40%, −20% (median −30%).
+    let runs = vec![
+        run(Sidecars::None, 1, 100.0, None),
+        run(Sidecars::None, 2, 200.0, None),
+        run(Sidecars::None, 3, 300.0, None),
+        run(Sidecars::OrfChain, 1, 70.0, Some((3.0, 5.0))),
+        run(Sidecars::OrfChain, 2, 120.0, Some((4.0, 6.0))),
+        run(Sidecars::OrfChain, 3, 240.0, Some((2.0, 4.0))),
+    ];
+    let table = table(&report(SidecarC::Adaptive, runs.clone()));
+    let row = table.lines().find(|l| l.contains("| orf-chain |")).expect("an orf-chain row");
+    assert!(row.contains("| 70.0 / 120.0 / 240.0 | 120.0 | 3.43 |"), "{row}");
+    assert!(row.contains("| -40% | -30% / -40% / -20% (-30%) |"), "{row}");
+    assert!(row.contains("| adaptive 4.0 (2–6) |"), "{row}");
+    let none = table.lines().find(|l| l.contains("| none |")).expect("a none row");
+    assert!(none.contains("| 100.0 / 200.0 / 300.0 | 200.0 | 3.00 |"), "{none}");
+
+    // A run whose seed has no partner without sidecars gets no paired ratio.
+    let mut alone = runs.clone();
+    alone.retain(|r| r.sidecars != Sidecars::None || r.seed != 2);
+    let table = super::table(&report(SidecarC::Fixed(3), alone));
+    let row = table.lines().find(|l| l.contains("| orf-chain |")).expect("an orf-chain row");
+    assert!(row.contains("| orf-chain | 3 |") && row.contains("| -30% / -20% (-20%) |"), "{row}");
+}
