@@ -122,29 +122,25 @@ impl NodeTimers {
         self.place(i, e);
     }
 
-    /// Restores the heap below `i` after its entry grew. Bottom-up: the hole at
-    /// `i` moves down along the smaller children to a leaf (one comparison a
-    /// level), then the entry sifts up from there. The entries that sink here
-    /// (a node's next completion, the last entry moved into a removed one's
-    /// place) are late ones that belong near the bottom, so this compares about
-    /// half as often as sinking the entry one level at a time.
     fn sift_down(&mut self, mut i: usize) {
         let e = self.heap[i];
         let len = self.heap.len();
-        let mut child = 2 * i + 1;
-        while child + 1 < len {
-            child += (self.heap[child + 1].key < self.heap[child].key) as usize;
-            self.place(i, self.heap[child]);
+        loop {
+            let left = 2 * i + 1;
+            if left >= len {
+                break;
+            }
+            let right = left + 1;
+            // The smaller child; a missing right child never is.
+            let child = if right < len && self.heap[right].key < self.heap[left].key { right } else { left };
+            let c = self.heap[child];
+            if e.key <= c.key {
+                break;
+            }
+            self.place(i, c);
             i = child;
-            child = 2 * i + 1;
         }
-        if child + 1 == len {
-            // A left child without a sibling.
-            self.place(i, self.heap[child]);
-            i = child;
-        }
-        self.heap[i] = e;
-        self.sift_up(i);
+        self.place(i, e);
     }
 
     /// Puts `entry` at heap index `i` and records where its node now is.
