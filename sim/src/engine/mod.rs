@@ -43,7 +43,7 @@ use self::request::{Activation, Request};
 use self::slab::Slab;
 use crate::metrics::Recorder;
 use crate::model::{Fanout, Model};
-use crate::timers::NodeTimers;
+use crate::timers::{order, NodeTimers};
 
 // Stream ids for Rng::derive, so adding a stream never shifts another.
 const STREAM_ARRIVALS: u64 = 1;
@@ -190,7 +190,8 @@ struct Engine<'m> {
     /// Fan-outs, instances and budgets of the activations the engine picks itself.
     placement: Placement,
     /// Requests prepared on the producer thread (the prepared path), else `None`.
-    feed: Option<Feed>,
+    /// Boxed: each arrival takes it out and puts it back, which moves only a pointer.
+    feed: Option<Box<Feed>>,
 }
 
 impl<'m> Engine<'m> {
@@ -297,11 +298,11 @@ impl<'m> Engine<'m> {
         while self.measured_left > 0 {
             // The next event is the earliest, by (time, seq), of the pending
             // arrival, the node timers' top and the event heap's top.
-            let (t, s, node) = self.timers.peek_raw();
-            let mut from = if self.next_arrival < (t, s) { Source::Arrival } else { Source::Timer };
+            let (timer, node) = self.timers.peek_raw();
+            let arrival = order(self.next_arrival.0, self.next_arrival.1);
+            let mut from = if arrival < timer { Source::Arrival } else { Source::Timer };
             if let Some(e) = self.heap.peek() {
-                let best = if let Source::Arrival = from { self.next_arrival } else { (t, s) };
-                if (e.time, e.seq) < best {
+                if order(e.time, e.seq) < arrival.min(timer) {
                     from = Source::Heap;
                 }
             }
@@ -316,6 +317,7 @@ impl<'m> Engine<'m> {
                     }
                 }
                 Source::Timer => {
+                    let t = (timer >> 64) as Nanos;
                     if t == NEVER {
                         break; // nothing pending anywhere
                     }

@@ -102,13 +102,14 @@ impl<'m> Engine<'m> {
     pub(super) fn enter_node(&mut self, job: Job) {
         let node = self.tasks.get(job.id as u32).node as usize;
         let n = &mut self.nodes[node];
-        if let AnyPolicy::Queue(_) = n.policy {
+        if let AnyPolicy::Queue(queue) = &mut n.policy {
             // A non-preemptive queue changes at most one CPU on `arrive`: the
             // lowest idle one, if any (`NonPreemptive` documents this). With
             // every CPU busy the job waits and nothing changes; otherwise
-            // only that CPU needs syncing.
+            // only that CPU needs syncing. (The queue is called directly, not
+            // through `AnyPolicy`'s dispatch: the hot path of queue scenarios.)
             let idle = n.cpus.iter().position(|c| c.task.is_none());
-            n.policy.arrive(self.now, job);
+            queue.arrive(self.now, job);
             if let Some(cpu) = idle {
                 self.sync_cpu(node, cpu, false);
             }
@@ -159,12 +160,13 @@ impl<'m> Engine<'m> {
         let n = &mut self.nodes[node];
         let task = n.cpus[cpu].task.take().expect("completion on a busy CPU") as u32;
         n.cpus[cpu].done_at = NEVER;
-        n.policy.complete(self.now, task as u64);
-        if let AnyPolicy::Queue(_) = n.policy {
+        if let AnyPolicy::Queue(queue) = &mut n.policy {
             // A non-preemptive queue refills only the CPU the job left.
+            queue.complete(self.now, task as u64);
             self.sync_cpu(node, cpu, true);
             self.debug_check_synced(node);
         } else {
+            n.policy.complete(self.now, task as u64);
             self.sync(node, true);
         }
         let t = self.tasks.remove(task);
@@ -258,7 +260,10 @@ impl<'m> Engine<'m> {
         let now = self.now;
         let timer = self.timers.get(node);
         let n = &mut self.nodes[node];
-        let want = n.policy.running()[cpu];
+        let want = match &n.policy {
+            AnyPolicy::Queue(queue) => queue.running()[cpu],
+            other => other.running()[cpu],
+        };
         let c = &mut n.cpus[cpu];
         if c.task == want {
             if force_timer {

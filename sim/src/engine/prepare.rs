@@ -185,7 +185,7 @@ pub(super) fn run_prepared(mut engine: Engine<'_>) -> (crate::metrics::Recorder,
     std::thread::scope(|s| {
         s.spawn(move || producer.run(to_engine, recycled));
         let chunk = Feed::receive(&from_producer);
-        engine.feed = Some(Feed { from_producer, recycle, chunk, next: None, pos: 0 });
+        engine.feed = Some(Box::new(Feed { from_producer, recycle, chunk, next: None, pos: 0 }));
         // `run` drops the engine and its feed when it returns, which stops the producer.
         engine.run::<true>()
     })
