@@ -147,7 +147,9 @@ impl H1Pool {
                 },
             }
         }
-        let mut sender = self.connect(addr).await?;
+        // Boxed: the connect and handshake state (a TLS stream among it) would otherwise be
+        // part of this future, carried and moved on the common path of a pooled connection.
+        let mut sender = Box::pin(self.connect(addr)).await?;
         let response = sender.send_request(req).await.map_err(SendError::Send)?;
         self.give_back(addr, sender);
         Ok(response)
