@@ -144,7 +144,7 @@ fn matches(r: &RouteConfig, path: &str, host: Option<&str>, headers: &HeaderMap)
 }
 
 /// Serves one client request.
-pub async fn handle(state: Arc<EdgeState>, shared: Shared, mut req: Request<Incoming>) -> Response<Body> {
+pub async fn handle(state: Arc<EdgeState>, shared: Arc<Shared>, mut req: Request<Incoming>) -> Response<Body> {
     let metrics = &shared.metrics;
     metrics.requests.fetch_add(1, Relaxed);
     let now = realtime_ns();

@@ -147,9 +147,198 @@ impl H1Pool {
                 },
             }
         }
-        let mut sender = self.connect(addr).await?;
+        // Boxed: the connect and handshake state (a TLS stream among it) would otherwise be
+        // part of this future, carried and moved on the common path of a pooled connection.
+        let mut sender = Box::pin(self.connect(addr)).await?;
         let response = sender.send_request(req).await.map_err(SendError::Send)?;
         self.give_back(addr, sender);
         Ok(response)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::forward::connector;
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// An upstream that answers every request with `body`, counting the connections it
+    /// accepted.
+    async fn upstream(body: &'static [u8]) -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, Relaxed);
+                tokio::spawn(async move {
+                    let svc = service_fn(move |_req: Request<Incoming>| async move {
+                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(body))))
+                    });
+                    let _ =
+                        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    /// A raw upstream: answers each request on a connection with the head, then after
+    /// `body_after` the 2-byte body `ok`; with `close`, closes the connection after one
+    /// response (whose headers still say keep-alive).
+    async fn raw_upstream(body_after: Duration, close: bool) -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                count.fetch_add(1, Relaxed);
+                tokio::spawn(async move {
+                    loop {
+                        let mut head = Vec::new();
+                        let mut buf = [0u8; 1024];
+                        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match stream.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => head.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n").await;
+                        tokio::time::sleep(body_after).await;
+                        let _ = stream.write_all(b"ok").await;
+                        if close {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    /// A front like the proxy's: every request it serves goes to `upstream` through `pool`.
+    async fn front(pool: Arc<H1Pool>, upstream: SocketAddr) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let pool = pool.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: Request<Incoming>| {
+                        let pool = pool.clone();
+                        async move {
+                            let req = req.map(|b| RequestBody::new(b, u64::MAX, None));
+                            // A failed relay fails the test: the client sees its connection close.
+                            let response = pool.send(req, upstream).await.expect("the relay reaches the upstream");
+                            Ok::<_, std::convert::Infallible>(response)
+                        }
+                    });
+                    let _ =
+                        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                });
+            }
+        });
+        addr
+    }
+
+    /// A client connection to `front`.
+    async fn client(front: SocketAddr) -> http1::SendRequest<String> {
+        let stream = TcpStream::connect(front).await.unwrap();
+        let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.unwrap();
+        tokio::spawn(conn);
+        sender
+    }
+
+    async fn get(sender: &mut http1::SendRequest<String>) -> Response<Incoming> {
+        sender.ready().await.unwrap();
+        let req = Request::get("/").header("host", "test").body(String::new()).unwrap();
+        sender.send_request(req).await.unwrap()
+    }
+
+    /// Waits (up to 5 s) until `cond` holds; the machine may be busy, so no fixed sleep.
+    async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+        let end = Instant::now() + Duration::from_secs(5);
+        while !cond() {
+            assert!(Instant::now() < end, "{what}: not within 5 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn pool() -> Arc<H1Pool> {
+        H1Pool::new(connector(None, false), "http")
+    }
+
+    #[tokio::test]
+    async fn a_connection_whose_response_was_read_is_reused() {
+        let (up, accepted) = upstream(b"ok").await;
+        let pool = pool();
+        let mut c = client(front(pool.clone(), up).await).await;
+        for _ in 0..5 {
+            let body = get(&mut c).await.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(&body[..], b"ok");
+        }
+        assert_eq!(accepted.load(Relaxed), 1, "five requests in turn share one upstream connection");
+        assert_eq!(pool.lock()[&up].len(), 1, "the connection is back in the pool");
+    }
+
+    #[tokio::test]
+    async fn requests_in_flight_at_once_get_connections_of_their_own_and_all_come_back() {
+        let (up, accepted) = raw_upstream(Duration::from_millis(100), false).await;
+        let pool = pool();
+        let front = front(pool.clone(), up).await;
+        let (mut a, mut b) = (client(front).await, client(front).await);
+        // Both responses' heads before either body arrived: the first connection is busy.
+        let (ra, rb) = (get(&mut a).await, get(&mut b).await);
+        assert_eq!(accepted.load(Relaxed), 2);
+        for r in [ra, rb] {
+            assert_eq!(&r.into_body().collect().await.unwrap().to_bytes()[..], b"ok");
+        }
+        eventually("both connections back in the pool", || pool.lock()[&up].len() == 2).await;
+        let r = get(&mut a).await.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&r[..], b"ok");
+        assert_eq!(accepted.load(Relaxed), 2, "the third request reuses one of them");
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_the_upstream_closed_is_dropped_and_the_request_takes_a_new_one() {
+        let (up, accepted) = raw_upstream(Duration::ZERO, true).await;
+        let pool = pool();
+        let mut c = client(front(pool.clone(), up).await).await;
+        for round in 1..=3 {
+            let body = get(&mut c).await.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(&body[..], b"ok", "request {round}");
+            // The pooled connection's task has seen the upstream's close.
+            eventually("the close seen", || pool.lock()[&up].iter().all(|c| c.sender.is_closed())).await;
+        }
+        assert_eq!(accepted.load(Relaxed), 3, "each request found the last connection closed");
+    }
+
+    #[tokio::test]
+    async fn a_response_body_dropped_before_its_end_leaves_the_next_request_its_own_whole_response() {
+        static BIG: [u8; 4 << 20] = [b'x'; 4 << 20];
+        let (up, accepted) = upstream(&BIG).await;
+        let pool = pool();
+        let mut c = client(front(pool.clone(), up).await).await;
+        let mut body = get(&mut c).await.into_body();
+        assert!(body.frame().await.unwrap().unwrap().is_data());
+        drop(body);
+        // The client's connection closes with the cut-off response. The front's upstream
+        // connection, its response half read, takes the next request only once hyper has
+        // read (drained) the rest: none of the first response may reach the second.
+        let mut c = client(front(pool.clone(), up).await).await;
+        for _ in 0..3 {
+            let full = get(&mut c).await.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(full.len(), BIG.len());
+            assert!(full.iter().all(|&b| b == b'x'));
+        }
+        assert!(accepted.load(Relaxed) <= 2);
     }
 }

@@ -218,7 +218,8 @@ fn same_tls_mode(path: &std::path::Path, running: bool, reloaded: bool) -> Resul
 pub async fn run_sidecar(path: PathBuf) -> Result<(), ProxyError> {
     let loaded = Sidecar::load(&path)?;
     // Egress listeners are bound only here: without any, no request can call out.
-    let shared = Shared { egress_listeners: !loaded.config.egress.is_empty(), ..Shared::default() };
+    // One `Arc` per request to clone, not the clients and counters inside.
+    let shared = Arc::new(Shared { egress_listeners: !loaded.config.egress.is_empty(), ..Shared::default() });
     let state = Arc::new(RwLock::new(Arc::new(SidecarState::new(loaded, None))));
     let current = reader(&state);
     let s = current();
@@ -273,7 +274,7 @@ pub async fn run_sidecar(path: PathBuf) -> Result<(), ProxyError> {
 /// Runs the edge of the config file `path` until SIGTERM/SIGINT.
 pub async fn run_edge(path: PathBuf) -> Result<(), ProxyError> {
     let loaded = Edge::load(&path)?;
-    let shared = Shared::default();
+    let shared = Arc::new(Shared::default());
     let first = EdgeState::new(loaded);
     tokio::spawn(edge::health_checks(Arc::downgrade(&first)));
     let state = Arc::new(RwLock::new(first));

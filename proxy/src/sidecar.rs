@@ -157,7 +157,7 @@ fn gate_config(s: &Sidecar) -> GateConfig {
 }
 
 /// Serves one inbound request.
-pub async fn inbound(state: Arc<SidecarState>, shared: Shared, mut req: Request<Incoming>) -> Response<Body> {
+pub async fn inbound(state: Arc<SidecarState>, shared: Arc<Shared>, mut req: Request<Incoming>) -> Response<Body> {
     let metrics = &shared.metrics;
     metrics.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let now = realtime_ns();
@@ -222,7 +222,7 @@ pub async fn inbound(state: Arc<SidecarState>, shared: Shared, mut req: Request<
 /// with, used if a reload removed the listener's entry (its address changes only on restart).
 pub async fn egress(
     state: Arc<SidecarState>,
-    shared: Shared,
+    shared: Arc<Shared>,
     listen: SocketAddr,
     started: SocketAddr,
     mut req: Request<Incoming>,
