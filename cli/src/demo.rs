@@ -193,6 +193,10 @@ pub fn main(args: DemoArgs) -> Result<(), String> {
     for s in &report.skipped {
         println!("skipped {}: {}", s.mode, s.reason);
     }
+    let predicted = demo::prediction_summary(&report);
+    if !predicted.is_empty() {
+        println!("\nThe simulator's prediction of each mode:\n{predicted}");
+    }
     let verdict = demo::verdict(&report);
     if !verdict.is_empty() {
         println!("\n{verdict}");

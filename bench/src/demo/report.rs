@@ -14,6 +14,11 @@ fn fmt_opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |x| format!("{x:.digits$}"))
 }
 
+/// The simulated runs' 10–90% p99 band, e.g. `51.1–90.8`.
+fn band(r: &RunResult) -> String {
+    r.predicted_p99_band_ms.map_or("-".into(), |[lo, hi]| format!("{lo:.1}–{hi:.1}"))
+}
+
 fn errors(s: &RunSummary) -> u64 {
     s.http_errors + s.timeouts + s.transport_errors + s.dropped
 }
@@ -21,7 +26,7 @@ fn errors(s: &RunSummary) -> u64 {
 pub(super) fn row_line(r: &RunResult) -> String {
     let s = &r.summary;
     format!(
-        "{:<8} {:<9} ρ={:.2} (effective {:.2}) {:>5.0} req/s  p50 {:>7.2}  p99 {:>7.2} (sim {:>7})  p99.9 {:>7.2}  mean {:>6.2} ms  reorder {:>4.1}%  errors {}  background {:.1} CPUs  overhead {:.0} µs/req",
+        "{:<8} {:<9} ρ={:.2} (effective {:.2}) {:>5.0} req/s  p50 {:>7.2}  p99 {:>7.2} (sim {:>7}, 80% of simulated runs {})  p99.9 {:>7.2}  mean {:>6.2} ms  reorder {:>4.1}%  errors {}  background {:.1} CPUs  overhead {:.0} µs/req",
         r.mode_name,
         r.workload,
         r.load,
@@ -30,6 +35,7 @@ pub(super) fn row_line(r: &RunResult) -> String {
         s.latency_ms.p50,
         s.latency_ms.p99,
         fmt_opt(r.predicted_p99_ms, 2),
+        band(r),
         s.latency_ms.p999,
         s.latency_ms.mean,
         s.reordering_pct,
@@ -50,6 +56,7 @@ pub fn results_table(report: &DemoReport) -> String {
         "p50 ms",
         "p99 ms",
         "sim p99",
+        "sim 10–90%",
         "p99/sim",
         "p99.9 ms",
         "mean ms",
@@ -73,6 +80,7 @@ pub fn results_table(report: &DemoReport) -> String {
                 format!("{:.2}", s.latency_ms.p50),
                 format!("{:.2}", s.latency_ms.p99),
                 fmt_opt(r.predicted_p99_ms, 2),
+                band(r),
                 fmt_opt(r.predicted_p99_ms.map(|p| s.latency_ms.p99 / p), 2),
                 format!("{:.2}", s.latency_ms.p999),
                 format!("{:.2}", s.latency_ms.mean),
@@ -121,13 +129,49 @@ pub fn verdict(report: &DemoReport) -> String {
     s
 }
 
+/// Per mode, how well the simulator predicted the runs: in how many the measured p99 is
+/// within 20% of the simulated median, and in how many it lies inside the simulated runs'
+/// 10–90% band (a perfect model puts 8 in 10 runs there; at high load one run's p99 can be
+/// outside ±20% of a perfect prediction, which is what the band shows).
+pub fn prediction_summary(report: &DemoReport) -> String {
+    let mut modes: Vec<&str> = Vec::new();
+    for r in &report.runs {
+        if !modes.contains(&r.mode_name) {
+            modes.push(r.mode_name);
+        }
+    }
+    let mut s = String::new();
+    for m in modes {
+        let runs: Vec<&RunResult> = report.runs.iter().filter(|r| r.mode_name == m).collect();
+        let judged: Vec<(f64, [f64; 2], f64)> = runs
+            .iter()
+            .filter_map(|r| Some((r.predicted_p99_ms?, r.predicted_p99_band_ms?, r.summary.latency_ms.p99)))
+            .collect();
+        if judged.is_empty() {
+            continue;
+        }
+        let within = judged.iter().filter(|(sim, _, p99)| (p99 / sim - 1.0).abs() <= 0.2).count();
+        let inside = judged.iter().filter(|(_, [lo, hi], p99)| lo <= p99 && p99 <= hi).count();
+        let (lo, hi) = judged
+            .iter()
+            .map(|(sim, _, p99)| p99 / sim)
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| (lo.min(x), hi.max(x)));
+        let _ = writeln!(
+            s,
+            "- {m}: measured p99 within 20% of the simulated median in {within} of {n} runs ({lo:.2}–{hi:.2}×), inside the simulated runs' 10–90% band in {inside} of {n}",
+            n = judged.len()
+        );
+    }
+    s
+}
+
 pub(super) fn report_markdown(cfg: &DemoConfig, report: &DemoReport) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# tailor demo\n");
     let _ = writeln!(
         s,
-        "{} tiers on loopback sharing {} CPUs; per-tier demand = TailClipper §5.1's workloads scaled to a {} ms mean; seed {}; {} measured requests per run after {} warm-up. ρ = λ·(E[total demand] + the chain's own CPU per request)/CPUs: how busy the CPUs are. Latency from the intended send time (open loop). Reordering % as in docs/metrics.md. `sim p99`: the same chain simulated at the measured rate (runs/*.toml); `p99/ideal`: measured / the G/G/{} FIFO recursion fed with the measured arrivals and demands.\n",
-        report.tiers, report.cores, report.mean_ms_per_tier, report.seed, cfg.requests, cfg.warmup, report.cores
+        "{} tiers on loopback sharing {} CPUs; per-tier demand = TailClipper §5.1's workloads scaled to a {} ms mean; seed {}; {} measured requests per run after {} warm-up. ρ = λ·(E[total demand] + the chain's own CPU per request)/CPUs: how busy the CPUs are. Latency from the intended send time (open loop). Reordering % as in docs/metrics.md. `sim p99`: the median p99 of {} simulated runs of the same chain at the measured rate and chain cost, each as long as the measured run (runs/*.toml is one of them), and `sim 10–90%` where 80% of those runs' p99 fall; `p99/ideal`: measured / the G/G/{} FIFO recursion fed with the measured arrivals and demands.\n",
+        report.tiers, report.cores, report.mean_ms_per_tier, report.seed, cfg.requests, cfg.warmup, super::PREDICTION_RUNS, report.cores
     );
     let _ = writeln!(
         s,
@@ -144,6 +188,10 @@ pub(super) fn report_markdown(cfg: &DemoConfig, report: &DemoReport) -> String {
     let _ = writeln!(s, "```\n{}```\n", results_table(report));
     for sk in &report.skipped {
         let _ = writeln!(s, "Skipped `{}`: {}\n", sk.mode, sk.reason);
+    }
+    let p = prediction_summary(report);
+    if !p.is_empty() {
+        let _ = writeln!(s, "## The simulator's prediction of each mode\n\n{p}");
     }
     let v = verdict(report);
     if !v.is_empty() {
