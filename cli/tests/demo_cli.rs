@@ -44,7 +44,12 @@ fn quick_demo_completes_every_request_propagates_the_gat_and_writes_all_outputs(
         assert!(s["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
         // The latency includes the three tiers' demand: never below the ideal's median.
         assert!(s["ideal"]["ratio"]["p50"].as_f64().unwrap() >= 1.0, "{mode}: {s}");
-        assert!(r["predicted_p99_ms"].as_f64().is_some(), "{mode}: no prediction: {}", r["predicted_error"]);
+        let sim = r["predicted_p99_ms"].as_f64();
+        assert!(sim.is_some(), "{mode}: no prediction: {}", r["predicted_error"]);
+        // The prediction is the median of simulated runs as long as this one, inside their band.
+        let band: Vec<f64> =
+            r["predicted_p99_band_ms"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        assert!(band.len() == 2 && band[0] <= sim.unwrap() && sim.unwrap() <= band[1], "{mode}: {band:?} {sim:?}");
         for f in r["files"].as_array().unwrap() {
             assert!(out.join(f.as_str().unwrap()).is_file(), "{mode}: missing {f}");
         }
@@ -69,6 +74,10 @@ fn quick_demo_completes_every_request_propagates_the_gat_and_writes_all_outputs(
     want.extend(["measured".to_string(), "simulated".to_string()]);
     assert_eq!(legend, want, "{svg}");
     assert!(stdout.contains("p99/sim"), "no table printed:\n{stdout}");
+    for mode in &ran {
+        let line = format!("- {mode}: measured p99 within 20% of the simulated median in ");
+        assert!(stdout.contains(&line) && md.contains(&line), "no prediction summary for {mode}:\n{stdout}");
+    }
     std::fs::remove_dir_all(&out).unwrap();
 }
 
