@@ -3,7 +3,7 @@
 //! precomputed. Building a model is where every file the scenario names is read.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tailor_core::dist::{Cdf, Dist, DistSpec, Scaled};
 use tailor_core::tailguard::{AdmissionController, AdmissionWindow, Planner, RefusedTasks, WorstCaseMax};
@@ -691,7 +691,7 @@ fn topological_order(stages: &[StageModel]) -> Vec<usize> {
 }
 
 /// Reads a trace CSV with an `arrival_ms` column of ascending times; returns the gaps.
-fn read_trace(path: &PathBuf) -> Result<Vec<Nanos>, ModelError> {
+fn read_trace(path: &Path) -> Result<Vec<Nanos>, ModelError> {
     let ms = crate::trace::read_arrival_ms(path).map_err(|e| model_err(path, e.to_string()))?;
     let times: Vec<Nanos> = ms.into_iter().map(from_millis_f64).collect();
     if times.len() < 2 {

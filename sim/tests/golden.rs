@@ -380,7 +380,7 @@ fn fixed_seed_outputs_match_the_golden_file() {
     for (label, w) in &want {
         match got.get(label) {
             None => problems.push(format!("{label}: in the golden file but no longer run")),
-            Some(g) if g.to_string() != w.to_string() => problems.push(format!("{label}:\n  want {w}\n  got  {g}")),
+            Some(g) if g != w => problems.push(format!("{label}:\n  want {w}\n  got  {g}")),
             Some(_) => {}
         }
     }
