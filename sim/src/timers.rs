@@ -99,14 +99,14 @@ impl NodeTimers {
             self.remove(i as usize);
         } else if i == ABSENT {
             self.heap.push(Entry { key, node: node as u32 });
-            self.sift_up(self.heap.len() - 1);
+            self.sift_up::<true>(self.heap.len() - 1);
         } else {
             let i = i as usize;
             self.heap[i].key = key;
             if key < old {
-                self.sift_up(i);
+                self.sift_up::<true>(i);
             } else {
-                self.sift_down(i);
+                self.sift_down::<true>(i);
             }
         }
     }
@@ -118,7 +118,7 @@ impl NodeTimers {
         let unset = order(Nanos::MAX, 0) >> 64;
         if old >> 64 == unset {
             self.heap.push(Entry { key, node: node as u32 });
-            self.rise(self.heap.len() - 1);
+            self.sift_up::<false>(self.heap.len() - 1);
             return;
         }
         let i = match self.heap.first() {
@@ -133,54 +133,16 @@ impl NodeTimers {
                 // then the last entry rises into it from there.
                 let i = self.sink_hole(i);
                 self.heap[i] = last;
-                self.rise(i);
+                self.sift_up::<false>(i);
             }
         } else {
             self.heap[i].key = key;
             if key < old {
-                self.rise(i);
+                self.sift_up::<false>(i);
             } else {
-                self.sink(i);
+                self.sift_down::<false>(i);
             }
         }
-    }
-
-    /// `sift_up` without positions ([`NodeTimers::top_only`]).
-    #[inline(always)]
-    fn rise(&mut self, mut i: usize) {
-        let e = self.heap[i];
-        while i > 0 {
-            let parent = (i - 1) / 2;
-            let p = self.heap[parent];
-            if p.key <= e.key {
-                break;
-            }
-            self.heap[i] = p;
-            i = parent;
-        }
-        self.heap[i] = e;
-    }
-
-    /// `sift_down` without positions ([`NodeTimers::top_only`]).
-    #[inline(always)]
-    fn sink(&mut self, mut i: usize) {
-        let e = self.heap[i];
-        let len = self.heap.len();
-        loop {
-            let left = 2 * i + 1;
-            if left >= len {
-                break;
-            }
-            let right = left + 1;
-            let child = if right < len && self.heap[right].key < self.heap[left].key { right } else { left };
-            let c = self.heap[child];
-            if e.key <= c.key {
-                break;
-            }
-            self.heap[i] = c;
-            i = child;
-        }
-        self.heap[i] = e;
     }
 
     /// Moves the smaller child up into the hole at `i` until the hole is a
@@ -213,14 +175,15 @@ impl NodeTimers {
             let moved = self.heap[i];
             self.pos[moved.node as usize] = i as u32;
             if moved.key < gone.key {
-                self.sift_up(i);
+                self.sift_up::<true>(i);
             } else {
-                self.sift_down(i);
+                self.sift_down::<true>(i);
             }
         }
     }
 
-    fn sift_up(&mut self, mut i: usize) {
+    /// `POSITIONS`: keep `pos` up to date (all but [`NodeTimers::top_only`]).
+    fn sift_up<const POSITIONS: bool>(&mut self, mut i: usize) {
         let e = self.heap[i];
         while i > 0 {
             let parent = (i - 1) / 2;
@@ -228,13 +191,14 @@ impl NodeTimers {
             if p.key <= e.key {
                 break;
             }
-            self.place(i, p);
+            self.place::<POSITIONS>(i, p);
             i = parent;
         }
-        self.place(i, e);
+        self.place::<POSITIONS>(i, e);
     }
 
-    fn sift_down(&mut self, mut i: usize) {
+    /// `POSITIONS`: as in [`NodeTimers::sift_up`].
+    fn sift_down<const POSITIONS: bool>(&mut self, mut i: usize) {
         let e = self.heap[i];
         let len = self.heap.len();
         loop {
@@ -249,17 +213,19 @@ impl NodeTimers {
             if e.key <= c.key {
                 break;
             }
-            self.place(i, c);
+            self.place::<POSITIONS>(i, c);
             i = child;
         }
-        self.place(i, e);
+        self.place::<POSITIONS>(i, e);
     }
 
-    /// Puts `entry` at heap index `i` and records where its node now is.
+    /// Puts `entry` at heap index `i` and, with `POSITIONS`, records where its node now is.
     #[inline(always)]
-    fn place(&mut self, i: usize, entry: Entry) {
+    fn place<const POSITIONS: bool>(&mut self, i: usize, entry: Entry) {
         self.heap[i] = entry;
-        self.pos[entry.node as usize] = i as u32;
+        if POSITIONS {
+            self.pos[entry.node as usize] = i as u32;
+        }
     }
 }
 
