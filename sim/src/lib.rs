@@ -11,6 +11,7 @@
 pub mod adaptive_c;
 pub mod builder;
 pub mod engine;
+mod key_order;
 pub mod metrics;
 pub mod model;
 mod ranked;

@@ -6,6 +6,7 @@ use serde::Serialize;
 use tailor_core::time::{to_millis_f64, NANOS_PER_SEC};
 use tailor_core::Nanos;
 
+use crate::key_order;
 use crate::model::Model;
 use crate::ranked::Ranked;
 
@@ -311,9 +312,7 @@ pub fn reordering_pct(gat: &[Nanos], latency: &[Nanos], ideal: &[Nanos]) -> f64 
 /// (GAT, index) pairs, which compare without a lookup. Records are appended at
 /// completion, nearly in arrival order.
 fn arrival_order(gat: &[Nanos]) -> Vec<u32> {
-    let mut pairs: Vec<(Nanos, u32)> = gat.iter().enumerate().map(|(i, &g)| (g, i as u32)).collect();
-    pairs.sort_unstable();
-    pairs.into_iter().map(|(_, i)| i).collect()
+    key_order::sorted_indices(gat.len(), |i| gat[i])
 }
 
 /// Summaries of at least this many records use a second thread.
@@ -341,44 +340,33 @@ fn reordering_pct_in(gat: &[Nanos], latency: &[Nanos], ideal: &[Nanos], by_gat: 
 
 /// Rank of each record's ideal completion (`gat + ideal`), equal values sharing
 /// a rank, and the number of distinct ranks.
-fn ideal_ranks(gat: &[Nanos], ideal: &[Nanos]) -> (Vec<usize>, usize) {
-    let n = gat.len();
-    // Sorted as (key, index) pairs, which compare without a lookup; only the
-    // ranks (equal keys share one) and the GAT groups matter, not how ties order.
-    let mut by_ideal: Vec<(Nanos, usize)> = (0..n).map(|i| (gat[i] + ideal[i], i)).collect();
-    by_ideal.sort_unstable();
-    let mut rank = vec![0usize; n];
-    let mut r = 0;
-    for w in 0..n {
-        if w > 0 && by_ideal[w].0 != by_ideal[w - 1].0 {
-            r += 1;
-        }
-        rank[by_ideal[w].1] = r;
-    }
-    (rank, r + 1)
+fn ideal_ranks(gat: &[Nanos], ideal: &[Nanos]) -> (Vec<u32>, usize) {
+    let (rank, distinct) = key_order::dense_ranks(gat.len(), |i| gat[i] + ideal[i]);
+    (rank, distinct.max(1))
 }
 
 /// [`reordering_pct`] given the records' [`ideal_ranks`] and [`arrival_order`].
-fn reordering_sweep(gat: &[Nanos], latency: &[Nanos], ranks: &(Vec<usize>, usize), by_gat: &[u32]) -> f64 {
+fn reordering_sweep(gat: &[Nanos], latency: &[Nanos], ranks: &(Vec<u32>, usize), by_gat: &[u32]) -> f64 {
     let n = gat.len();
     if n == 0 {
         return 0.0;
     }
     let (rank, ranks) = (&ranks.0, ranks.1);
-    let actual_end: Vec<Nanos> = (0..n).map(|i| gat[i] + latency[i]).collect();
+    // Computed where used, not collected: the summary's columns are large.
+    let actual_end = |x: usize| gat[x] + latency[x];
     // Fenwick tree for "min actual completion among ranks > q", indexed from the top.
     let mut tree = vec![Nanos::MAX; ranks + 1];
-    let top_index = |rk: usize| ranks - rk; // rank ranks-1 → 1, rank 0 → ranks
-                                            // Youngest first.
-    let by_gat: Vec<usize> = by_gat.iter().rev().map(|&i| i as usize).collect();
+    let top_index = |rk: u32| ranks - rk as usize; // rank ranks-1 → 1, rank 0 → ranks
+                                                   // Youngest first: the `j`-th youngest record.
+    let young = |j: usize| by_gat[n - 1 - j] as usize;
     let mut reordered = 0u64;
     let mut i = 0;
     while i < n {
         // Requests with the same GAT did not arrive after one another: query
         // the whole group before inserting any of it.
         let mut j = i;
-        while j < n && gat[by_gat[j]] == gat[by_gat[i]] {
-            let x = by_gat[j];
+        while j < n && gat[young(j)] == gat[young(i)] {
+            let x = young(j);
             // min over ranks strictly greater than rank[x] = indices 1..top_index(rank[x]) - 1
             let mut k = top_index(rank[x]) - 1;
             let mut best = Nanos::MAX;
@@ -386,15 +374,15 @@ fn reordering_sweep(gat: &[Nanos], latency: &[Nanos], ranks: &(Vec<usize>, usize
                 best = best.min(tree[k]);
                 k &= k - 1;
             }
-            if best < actual_end[x] {
+            if best < actual_end(x) {
                 reordered += 1;
             }
             j += 1;
         }
-        for &x in &by_gat[i..j] {
+        for x in (i..j).map(young) {
             let mut k = top_index(rank[x]);
             while k <= ranks {
-                tree[k] = tree[k].min(actual_end[x]);
+                tree[k] = tree[k].min(actual_end(x));
                 k += k & k.wrapping_neg();
             }
         }

@@ -30,7 +30,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use tailor_core::rng::RandomSource;
 use tailor_core::tailguard::{AdmissionController, AdmissionPhase};
 use tailor_core::time::NEVER;
-use tailor_core::{Nanos, PolicySpec, Rng};
+use tailor_core::{AnyPolicy, Nanos, PolicySpec, Rng};
 
 use self::arrivals::Arrivals;
 use self::event::{EvKind, Event, Source};
@@ -241,7 +241,15 @@ impl<'m> Engine<'m> {
             next_arrival: (NEVER, 0),
             heap: BinaryHeap::with_capacity(1024),
             seq: 0,
-            timers: NodeTimers::new(nodes.len()),
+            // One-core nodes under a queue policy without OS noise only ever set
+            // their timer when it is unset or the earliest (`NodeTimers::top_only`).
+            timers: if m.noise.is_none()
+                && nodes.iter().all(|n| n.cpus.len() == 1 && matches!(n.policy, AnyPolicy::Queue(_)))
+            {
+                NodeTimers::top_only(nodes.len())
+            } else {
+                NodeTimers::new(nodes.len())
+            },
             nodes,
             gates,
             service_gate,
