@@ -3,7 +3,9 @@ took on the clock against the CPU it burned, how many requests were inside the s
 when it started, and for how much of the run two or more requests were burning in the tier
 while only one worker was (one GIL: a CPU the tier could have used idles, or runs another
 tier). Requests that burned under 0.1 ms (the benchmark's zero-demand calibration) are left
-out. Usage: python3 trace_summary.py TRACE
+out.
+
+Usage: python3 trace_summary.py TRACE
 """
 
 import collections
