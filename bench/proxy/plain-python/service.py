@@ -6,6 +6,15 @@ ThreadingHTTPServer. Each request burns the CPU it asks for (value ``--index`` o
 forwarding only the W3C ``baggage`` header (and the benchmark's demand header). The reply
 body is one line per tier, this tier's first:
 ``tier <index> seq <order this worker started serving it> baggage <baggage it got>``.
+
+A kept-alive connection stays with the worker that accepted it, and the requests inside one
+worker take turns on its GIL (5 ms slices): ``--trace FILE`` (or the environment's
+``PLAIN_PYTHON_TRACE``, to trace a benchmark's chain) appends one line per request to FILE,
+``pid start_ns burn_wall_ns burn_cpu_ns handler_wall_ns in_worker downstream_ns``: times
+from CLOCK_MONOTONIC (the handler's, from the request read to the response written),
+``in_worker`` the requests inside this worker when it started (itself included),
+``downstream_ns`` the wall time of the call to the next tier. docs/results/proxy.md
+(Effect) reads it.
 """
 
 import argparse
@@ -42,7 +51,10 @@ def main():
     p.add_argument("--index", type=int, default=0)
     p.add_argument("--downstream", default="", help="http://host:port/ of the next tier (the sidecar's egress)")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--trace", default=os.environ.get("PLAIN_PYTHON_TRACE", ""), help="append a line per request here")
     args = p.parse_args()
+    trace = None  # opened in each worker (O_APPEND: every line is one write, whole)
+    inside = [0]  # requests inside this worker now
     down = urllib.parse.urlsplit(args.downstream) if args.downstream else None
     local = threading.local()
     seq = iter(range(1, 1 << 62))
@@ -74,13 +86,20 @@ def main():
             pass
 
         def do_GET(self):
+            start = time.monotonic_ns()
             with seq_lock:
                 n = next(seq)
+                inside[0] += 1
+                in_worker = inside[0]
             demand_header = self.headers.get(DEMAND_HEADER)
+            cpu0 = time.thread_time_ns()
             burn(demand_of(demand_header, args.index))
+            burnt = time.monotonic_ns()
+            cpu = time.thread_time_ns() - cpu0
             baggage = self.headers.get("baggage")
             body = f"tier {args.index} seq {n} baggage {baggage or ''}\n".encode()
             status = 200
+            down_start = time.monotonic_ns()
             if down is not None:
                 headers = {DEMAND_HEADER: demand_header or ""}
                 if baggage:
@@ -90,10 +109,17 @@ def main():
                 except (http.client.HTTPException, OSError) as e:
                     status, below = 502, f"downstream: {e}\n".encode()
                 body += below
+            down_wall = time.monotonic_ns() - down_start
             self.send_response(status)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+            with seq_lock:
+                inside[0] -= 1
+            if trace is not None:
+                end = time.monotonic_ns()
+                line = f"{os.getpid()} {start} {burnt - start} {cpu} {end - start} {in_worker} {down_wall}\n"
+                os.write(trace, line.encode())
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -109,6 +135,8 @@ def main():
                 ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
             except (OSError, AttributeError):
                 pass
+            if args.trace:
+                trace = os.open(args.trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             server = ThreadingHTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
             server.socket.close()
             server.socket = sock
