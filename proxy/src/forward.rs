@@ -48,21 +48,22 @@ pub struct RequestBody {
     /// The limit, its deadline, and the timer for it, made the first time the body has to
     /// be waited for (most requests have none, or all of it at once).
     timeout: Option<(std::time::Duration, tokio::time::Instant, Option<Pin<Box<tokio::time::Sleep>>>)>,
-    /// When the whole body had been handed on (the upstream's time starts then).
-    sent: Arc<OnceLock<Instant>>,
+    /// When the whole body had been handed on (the upstream's time starts then). `None`:
+    /// the body was complete when the request was relayed (most requests have none), so
+    /// nobody needs to be told when it went: no cell to allocate.
+    sent: Option<Arc<OnceLock<Instant>>>,
 }
 
 impl RequestBody {
     pub fn new(inner: Incoming, max_bytes: u64, timeout: Option<std::time::Duration>) -> RequestBody {
         let timeout = timeout.map(|t| (t, tokio::time::Instant::now() + t, None));
-        let body = RequestBody { inner, left: max_bytes, limit: max_bytes, timeout, sent: Arc::default() };
-        body.mark_if_sent();
-        body
+        let sent = (!inner.is_end_stream()).then(Arc::default);
+        RequestBody { inner, left: max_bytes, limit: max_bytes, timeout, sent }
     }
 
     fn mark_if_sent(&self) {
-        if self.inner.is_end_stream() {
-            let _ = self.sent.set(Instant::now());
+        if let Some(sent) = self.sent.as_ref().filter(|_| self.inner.is_end_stream()) {
+            let _ = sent.set(Instant::now());
         }
     }
 }
@@ -84,7 +85,9 @@ impl HttpBody for RequestBody {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(None) => {
-                let _ = this.sent.set(Instant::now());
+                if let Some(sent) = &this.sent {
+                    let _ = sent.set(Instant::now());
+                }
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
@@ -276,16 +279,18 @@ impl Upstreams {
         let body = RequestBody::new(body, limits.max_body_bytes, limits.body_read_timeout());
         let sent = body.sent.clone();
         let wait = limits.upstream_timeout();
+        let start = tokio::time::Instant::now();
         let response = self.request(Request::from_parts(parts, body), addr);
         tokio::pin!(response);
-        let mut deadline = tokio::time::Instant::now() + wait;
+        let mut deadline = start + wait;
         loop {
             match tokio::time::timeout_at(deadline, &mut response).await {
                 Ok(Ok(response)) => return Ok(response),
                 Ok(Err(e)) => return Err(e),
-                Err(_) => match sent.get() {
-                    Some(&at) if at + wait <= Instant::now() => return Err(UpstreamError::Timeout(wait.as_millis())),
-                    Some(&at) => deadline = (at + wait).into(),
+                // A body complete from the start was sent when the relay started.
+                Err(_) => match sent.as_ref().map_or(Some(start.into_std()), |s| s.get().copied()) {
+                    Some(at) if at + wait <= Instant::now() => return Err(UpstreamError::Timeout(wait.as_millis())),
+                    Some(at) => deadline = (at + wait).into(),
                     None => deadline = tokio::time::Instant::now() + wait,
                 },
             }

@@ -84,11 +84,14 @@ impl Inside {
     /// listeners run and `release_on_egress`); if not, the request is not put in the map
     /// (no call out can look for it) and only the guard gives the slot back.
     fn enter(self: &Arc<Self>, key: (Nanos, u32), ticket: Ticket, admitted: Nanos, callable: bool) -> Held {
-        let slot = Arc::new(Slot(Mutex::new(Some((ticket, admitted)))));
-        if callable {
-            self.map().insert(key, slot.clone());
+        let slot = Slot(Mutex::new(Some((ticket, admitted))));
+        if !callable {
+            // Only the guard holds it: no shared allocation.
+            return Held::Alone(slot);
         }
-        Held { inside: self.clone(), key, slot, callable }
+        let slot = Arc::new(slot);
+        self.map().insert(key, slot.clone());
+        Held::InMap { inside: self.clone(), key, slot }
     }
 
     /// The service called out with the context of `key`: its request leaves the gate.
@@ -110,23 +113,27 @@ impl Inside {
 }
 
 /// An inbound request's hold on its slot, for as long as the request is being served.
-struct Held {
-    inside: Arc<Inside>,
-    key: (Nanos, u32),
-    slot: Arc<Slot>,
-    /// In the map (see [`Inside::enter`]).
-    callable: bool,
+enum Held {
+    /// Not in the map: no call out can give the slot back (see [`Inside::enter`]).
+    Alone(Slot),
+    /// In the map under `key`, shared with a call out that may give it back first.
+    InMap { inside: Arc<Inside>, key: (Nanos, u32), slot: Arc<Slot> },
 }
 
 impl Held {
     fn release(&self, sample: bool) {
-        if self.callable {
-            let mut map = self.inside.map();
-            if map.get(&self.key).is_some_and(|s| Arc::ptr_eq(s, &self.slot)) {
-                map.remove(&self.key);
+        match self {
+            Held::Alone(slot) => slot.give_back(sample),
+            Held::InMap { inside, key, slot } => {
+                {
+                    let mut map = inside.map();
+                    if map.get(key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+                        map.remove(key);
+                    }
+                }
+                slot.give_back(sample);
             }
         }
-        self.slot.give_back(sample);
     }
 }
 

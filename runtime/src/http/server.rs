@@ -3,7 +3,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use http::header::{HeaderMap, HeaderValue};
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::Request;
 use tailor_core::time::NANOS_PER_SEC;
 use tailor_core::wire::{self, baggage, EdgeRoute, WireStats};
@@ -69,14 +70,15 @@ pub(crate) fn write_headers(headers: &mut HeaderMap, ctx: &Context) {
 /// member of `baggage`) with `encoded`, e.g. a signed encoding ([`wire::encode_signed`]).
 pub fn write_encoded(headers: &mut HeaderMap, encoded: &wire::Encoded) {
     let value = HeaderValue::from_str(encoded.as_str()).expect("the codec emits header-safe bytes");
-    headers.insert(wire::HEADER, value);
+    headers.insert(CONTEXT_HEADER.clone(), value);
     // Several `baggage` lines are one list: join them, then put ours in (replacing any `tailor` member).
     let joined: Vec<&str> = headers.get_all(baggage::HEADER).iter().filter_map(|v| v.to_str().ok()).collect();
     let existing = (!joined.is_empty()).then(|| joined.join(","));
     let merged = baggage::with(existing.as_deref(), encoded.as_str());
-    match HeaderValue::from_str(&merged) {
+    // The string's buffer becomes the value's (`from_str` would copy it into another).
+    match HeaderValue::from_maybe_shared(Bytes::from(merged.into_bytes())) {
         Ok(v) => {
-            headers.insert(baggage::HEADER, v);
+            headers.insert(BAGGAGE_HEADER.clone(), v);
         }
         // Not reachable with header-safe input; never fail a request over baggage.
         Err(_) => {
@@ -84,6 +86,11 @@ pub fn write_encoded(headers: &mut HeaderMap, encoded: &wire::Encoded) {
         }
     }
 }
+
+/// The carriers' names, made once: inserting under a `&str` name that is not one of
+/// `http`'s standard headers copies the name into a new allocation every time.
+static CONTEXT_HEADER: HeaderName = HeaderName::from_static(wire::HEADER);
+static BAGGAGE_HEADER: HeaderName = HeaderName::from_static(baggage::HEADER);
 
 /// A tower layer that gives every request its [`Context`] (see [`ContextConfig`]).
 #[derive(Clone)]
