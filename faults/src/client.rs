@@ -70,7 +70,16 @@ pub fn request(addr: SocketAddr, path: &str, extra: &str, timeout: Duration) -> 
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_nodelay(true)?;
-    write!(s, "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n{extra}\r\n")?;
+    let head = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n{extra}\r\n");
+    if let Err(e) = s.write_all(head.as_bytes()) {
+        // A server may answer and close before it has read the whole request (a 431 for
+        // an oversized head): the write then fails, but the answer it sent first is in
+        // this socket's receive queue. Report the write's error only if there is none.
+        if !matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset) {
+            return Err(e);
+        }
+        return read_answer(&mut s).map_err(|_| e);
+    }
     read_answer(&mut s)
 }
 
