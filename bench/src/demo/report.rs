@@ -134,14 +134,8 @@ pub fn verdict(report: &DemoReport) -> String {
 /// 10–90% band (a perfect model puts 8 in 10 runs there; at high load one run's p99 can be
 /// outside ±20% of a perfect prediction, which is what the band shows).
 pub fn prediction_summary(report: &DemoReport) -> String {
-    let mut modes: Vec<&str> = Vec::new();
-    for r in &report.runs {
-        if !modes.contains(&r.mode_name) {
-            modes.push(r.mode_name);
-        }
-    }
     let mut s = String::new();
-    for m in modes {
+    for m in modes_in_run_order(report) {
         let runs: Vec<&RunResult> = report.runs.iter().filter(|r| r.mode_name == m).collect();
         let judged: Vec<(f64, [f64; 2], f64)> = runs
             .iter()
@@ -163,6 +157,17 @@ pub fn prediction_summary(report: &DemoReport) -> String {
         );
     }
     s
+}
+
+/// Each mode once, in the order the runs came (they interleave across loads).
+fn modes_in_run_order(report: &DemoReport) -> Vec<&'static str> {
+    let mut modes: Vec<&'static str> = Vec::new();
+    for r in &report.runs {
+        if !modes.contains(&r.mode_name) {
+            modes.push(r.mode_name);
+        }
+    }
+    modes
 }
 
 pub(super) fn report_markdown(cfg: &DemoConfig, report: &DemoReport) -> String {
@@ -206,14 +211,7 @@ pub(super) fn report_markdown(cfg: &DemoConfig, report: &DemoReport) -> String {
 
 pub(super) fn plot(report: &DemoReport, w: Workload) -> String {
     let mut series = Vec::new();
-    // Each mode once, in the order the runs came (they interleave across loads).
-    let mut modes: Vec<&str> = Vec::new();
-    for r in &report.runs {
-        if !modes.contains(&r.mode_name) {
-            modes.push(r.mode_name);
-        }
-    }
-    for m in modes {
+    for m in modes_in_run_order(report) {
         let pts = |f: &dyn Fn(&RunResult) -> Option<f64>| -> Vec<(f64, f64)> {
             report
                 .runs
