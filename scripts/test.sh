@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
 # Runs every test of the project. Set TAILOR_LONG_TESTS=1 for the long
 # statistical oracle runs (10x the requests; CI does).
+# `--build-only` compiles the Rust tests and stops (CI compiles while it installs the
+# other tools, then runs this script again).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_only=0
+case "${1:-}" in
+  "") ;;
+  --build-only) build_only=1 ;;
+  *) echo "scripts/test.sh: unknown argument '$1' (the only one is --build-only)" >&2; exit 2 ;;
+esac
 # `cargo test --release` builds the test harnesses with cargo's `bench` profile (the
 # libraries and binaries they use keep `release`): linking some forty test binaries with
 # thin LTO in one codegen unit was most of the suite's build time, and tests compare
 # ratios, not absolute speed. `cargo bench` and the shipped binaries are unaffected.
 export CARGO_PROFILE_BENCH_LTO=false CARGO_PROFILE_BENCH_CODEGEN_UNITS=16
+if [ "$build_only" = 1 ]; then
+  exec cargo test --workspace --release --locked --no-run 2>&1
+fi
 cargo test --workspace --release --locked 2>&1
 # The Go and Python context codecs pass the same vectors as core
 # (testdata/context). -count=1 because go caches test results and does not
