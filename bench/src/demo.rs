@@ -20,6 +20,7 @@ use crate::hgrm::{histogram_us, percentile_distribution};
 use crate::loadgen::{self, LoadgenConfig, Plan};
 use crate::predict::{self, PredictSpec};
 use crate::record::{measured_latencies, records_csv, summarize, RunSummary};
+use crate::tier::TierStats;
 use crate::workload::Workload;
 
 mod config;
@@ -55,6 +56,20 @@ pub struct RunResult {
     /// The demo's CPU time per request minus its mean CPU demand, µs: what
     /// HTTP, the generator, scheduling and the kernel cost per request.
     pub overhead_per_request_us: f64,
+    /// Cooperative modes: gate hand-offs (a parked job admitted by the one that freed its
+    /// slot) per request, over all tiers, from the tiers' own counters.
+    pub handoffs_per_request: f64,
+    /// Their mean time from admission to the job running, µs, and the part of it not
+    /// spent waiting on a run queue for a CPU (the wake-up): the model adds the latter to
+    /// every hand-off (the simulator's fair host models the run-queue wait itself).
+    pub handoff_us: Option<f64>,
+    pub handoff_wakeup_us: Option<f64>,
+    /// Kernel modes: the agent's band rotations (slice expiries that moved a job out of the
+    /// band and another in) per request, and the agent's CPU per rotation, µs (all its
+    /// CPU over its rotations: an upper bound of what one slice costs it). From the report
+    /// the agent logs as it stops.
+    pub agent_rotations_per_request: Option<f64>,
+    pub agent_cpu_per_rotation_us: Option<f64>,
     /// The simulator's p99 / mean / reordering % for a run like this one: medians over
     /// `PREDICTION_RUNS` simulated runs of this run's length (None if it failed; see
     /// `predicted_error`).
@@ -487,6 +502,24 @@ pub fn kernel_unavailable(cfg: &DemoConfig) -> Option<String> {
     None
 }
 
+/// What a kernel mode's agent reported as it stopped (the `AgentReport { … }` it logs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct AgentCounts {
+    rotations: u64,
+    cpu_ns: u64,
+}
+
+impl AgentCounts {
+    fn from_log(text: &str) -> Option<AgentCounts> {
+        let line = text.lines().rev().find(|l| l.contains("AgentReport {"))?;
+        let field = |name: &str| -> Option<u64> {
+            let at = line.find(&format!(" {name}: "))? + name.len() + 3;
+            line[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+        };
+        Some(AgentCounts { rotations: field("rotations")?, cpu_ns: field("cpu_ns")? })
+    }
+}
+
 /// Simulated runs behind each run's prediction: enough for a steady median and a 10–90%
 /// band (the band's ends move by a few percent between sets of 30 seeds), and cheap — 30 runs
 /// of a default demo run's 3,300 requests take well under a second.
@@ -519,9 +552,36 @@ fn finish_run(
     let overhead_per_request_us = cpu.cpu_per_request_us - mean_demand_us;
     let model_overhead_us =
         if overhead_per_request_us > 0.0 { overhead_per_request_us } else { calibration.overhead_us };
+    // The gate's hand-off: measured by the tiers in this run (their last log line).
+    let logs_dir = cfg.out.join("logs");
+    let tiers = TierStats::sum((0..cfg.tiers).filter_map(|i| {
+        let log = logs_dir.join(format!("{stem}-tier{i}.log"));
+        TierStats::from_log(&std::fs::read_to_string(log).ok()?)
+    }));
+    let handoff_wakeup_us = tiers.handoff_wakeup_us();
+    let agent = mode
+        .kernel_enforced()
+        .then(|| std::fs::read_to_string(logs_dir.join(format!("{stem}-agent.log"))).ok())
+        .flatten()
+        .and_then(|text| AgentCounts::from_log(&text));
+    let mut model = cfg.model(mode);
+    if let (Some(gate), Some(us)) = (&mut model.admit, handoff_wakeup_us) {
+        gate.handoff_us = us;
+    }
+    // A mode whose agent rotates the band pays the agent's CPU per slice, not per request:
+    // the model charges its CPU per rotation to every re-dispatch of a preempted task and
+    // takes the same CPU out of the per-request overhead (which measured it too).
+    let requests_run = records.len().max(1) as f64;
+    let (context_switch_us, model_overhead_us) = match agent.filter(|a| a.rotations > 0) {
+        Some(a) => (
+            a.cpu_ns as f64 / a.rotations as f64 / 1e3,
+            (model_overhead_us - a.cpu_ns as f64 / 1e3 / requests_run).max(0.0),
+        ),
+        None => (1.0, model_overhead_us),
+    };
     let spec = PredictSpec {
         name: format!("demo-{stem}"),
-        model: cfg.model(mode),
+        model,
         workload: w,
         mean_ms: cfg.mean_ms,
         tiers: cfg.tiers,
@@ -532,7 +592,7 @@ fn finish_run(
         warmup: cfg.warmup as u64,
         hop_us: calibration.hop_us,
         overhead_us: model_overhead_us,
-        context_switch_us: 1.0,
+        context_switch_us,
     };
     let (p99, band, mean, reord, err) = match predict::predict_runs_like(&spec, PREDICTION_RUNS) {
         Ok(p) => (Some(p.p99_ms), Some(p.p99_band_ms), Some(p.mean_ms), Some(p.reordering_pct), None),
@@ -553,6 +613,13 @@ fn finish_run(
         cores: cfg.cores,
         summary,
         overhead_per_request_us,
+        handoffs_per_request: tiers.handoffs as f64 / records.len().max(1) as f64,
+        handoff_us: (tiers.handoffs > 0).then(|| tiers.handoff_ns as f64 / tiers.handoffs as f64 / 1e3),
+        handoff_wakeup_us,
+        agent_rotations_per_request: agent.map(|a| a.rotations as f64 / requests_run),
+        agent_cpu_per_rotation_us: agent
+            .filter(|a| a.rotations > 0)
+            .map(|a| a.cpu_ns as f64 / a.rotations as f64 / 1e3),
         cpu,
         predicted_p99_ms: p99,
         predicted_p99_band_ms: band,
@@ -573,4 +640,18 @@ fn finish_run(
     write_file(&runs_dir.join(format!("{stem}.json")), &serde_json::to_string_pretty(&result).expect("serializes"))?;
     result.files.sort();
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agent_report_line_gives_rotations_and_cpu() {
+        // As `tailor agent` logs it when it stops (a real rr run's line, shortened).
+        let log = "tailor agent: pid 1, table /dev/shm/t, policy Rr { slice_us: 500.0 } on 2 CPUs\n\
+                   tailor agent: stopped; AgentReport { arrivals: 7360, completions: 7360, promotions: 16693, demotions: 12348, rotations: 15404, wakeups: 21695, rung: 3, self_admitted: 0, handoffs: 0, reaped: 0, errors: 0, cpu_ns: 986273654, wall_ns: 12000000000, adaptive: DecisionReport { windows: 0, cpu_ns: 0 } }\n";
+        assert_eq!(AgentCounts::from_log(log), Some(AgentCounts { rotations: 15404, cpu_ns: 986273654 }));
+        assert_eq!(AgentCounts::from_log("tailor agent: pid 1\n"), None);
+    }
 }

@@ -164,7 +164,7 @@ mod tests {
     fn fifo_gate() -> ModeModel {
         ModeModel {
             host_policy: PolicySpec::Fair { min_granularity_ms: 1.5, latency_ms: 1.5 },
-            admit: Some(AdmitSpec { kind: AdmitOrder::Fifo, c: 2 }),
+            admit: Some(AdmitSpec::new(AdmitOrder::Fifo, 2)),
         }
     }
 

@@ -32,6 +32,58 @@ use crate::loadgen::{http_client, DEMAND_HEADER, REQUEST_ID_HEADER, SEEN_GAT_HEA
 /// The line a tier prints on stdout once it accepts connections (the parent waits for it).
 pub const READY_PREFIX: &str = "tailor-demo-tier listening on ";
 
+/// The message a tier logs as it stops, followed by its [`TierStats`] as JSON: the demo
+/// reads it from the tier's log to charge the run's measured hand-off cost in the model.
+pub const STATS_PREFIX: &str = "tailor-demo-tier stats: ";
+
+/// What a tier's scheduler measured over its life (`tailor_runtime::RuntimeStats`, the
+/// part the demo's model uses).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TierStats {
+    pub admitted: u64,
+    /// Cooperative admissions of a parked job by the job that freed its slot.
+    pub handoffs: u64,
+    /// Their total time from admission to running, ns, and the part of it spent
+    /// waiting on a run queue for a CPU.
+    pub handoff_ns: u64,
+    pub handoff_run_queue_ns: u64,
+}
+
+impl TierStats {
+    fn of(s: &tailor_runtime::RuntimeStats) -> TierStats {
+        TierStats {
+            admitted: s.admitted,
+            handoffs: s.handoffs,
+            handoff_ns: s.handoff_ns,
+            handoff_run_queue_ns: s.handoff_run_queue_ns,
+        }
+    }
+
+    /// The stats a tier logged in `log_text` (its last such line), if any.
+    pub fn from_log(log_text: &str) -> Option<TierStats> {
+        let line = log_text.lines().rev().find(|l| l.contains(STATS_PREFIX))?;
+        let json = &line[line.find(STATS_PREFIX)? + STATS_PREFIX.len()..];
+        serde_json::from_str(json.trim()).ok()
+    }
+
+    /// The sum over several tiers.
+    pub fn sum(all: impl IntoIterator<Item = TierStats>) -> TierStats {
+        all.into_iter().fold(TierStats::default(), |a, b| TierStats {
+            admitted: a.admitted + b.admitted,
+            handoffs: a.handoffs + b.handoffs,
+            handoff_ns: a.handoff_ns + b.handoff_ns,
+            handoff_run_queue_ns: a.handoff_run_queue_ns + b.handoff_run_queue_ns,
+        })
+    }
+
+    /// Mean time of a hand-off not spent waiting for a CPU (the wake-up), µs; None
+    /// without hand-offs.
+    pub fn handoff_wakeup_us(&self) -> Option<f64> {
+        (self.handoffs > 0)
+            .then(|| self.handoff_ns.saturating_sub(self.handoff_run_queue_ns) as f64 / self.handoffs as f64 / 1e3)
+    }
+}
+
 /// How a tier runs.
 #[derive(Clone, Debug)]
 pub struct TierConfig {
@@ -105,6 +157,8 @@ pub fn serve(cfg: TierConfig) -> Result<(), TierError> {
         }
     });
     sched.io_thread_stopped();
+    let stats = serde_json::to_string(&TierStats::of(&sched.stats())).expect("serializes");
+    tracing::info!("{STATS_PREFIX}{stats}");
     let missing = tier.context_missing.load(Ordering::Relaxed);
     if missing > 0 && index > 0 {
         tracing::warn!(tier = index, missing, "requests arrived without a valid context");
@@ -224,6 +278,23 @@ pub const DEFAULT_MAX_AGE_NS: Nanos = 60 * NANOS_PER_SEC;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stats_round_trip_through_a_log_line_and_sum() {
+        let a = TierStats { admitted: 10, handoffs: 4, handoff_ns: 200_000, handoff_run_queue_ns: 80_000 };
+        let log = format!(
+            "2026-11-28T05:42:26Z  INFO tailor_runtime::scheduler: backend cooperative\n2026-11-28T05:43:00Z  INFO tailor_bench::tier: {STATS_PREFIX}{}\n",
+            serde_json::to_string(&a).unwrap()
+        );
+        assert_eq!(TierStats::from_log(&log), Some(a));
+        assert_eq!(TierStats::from_log("no stats here\n"), None);
+        let b = TierStats { admitted: 5, handoffs: 1, handoff_ns: 40_000, handoff_run_queue_ns: 0 };
+        let s = TierStats::sum([a, b]);
+        assert_eq!((s.admitted, s.handoffs), (15, 5));
+        // (240 − 80) µs over 5 hand-offs.
+        assert_eq!(s.handoff_wakeup_us(), Some(32.0));
+        assert_eq!(TierStats::default().handoff_wakeup_us(), None);
+    }
 
     #[test]
     fn demand_header_errors_name_the_header_and_the_fix() {

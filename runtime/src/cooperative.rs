@@ -5,9 +5,16 @@
 //! kernel's help), so the policy is never ticked: slices only matter to the
 //! kernel backend. Waiting threads park; the thread that frees a slot admits
 //! the next job and unparks it, so admission costs one lock and one unpark.
+//!
+//! That unpark is a wake-up of a thread that may sit on another CPU, and the
+//! job holds its slot from the moment it is admitted. Each such hand-off is
+//! timed (admission to the parked thread running again) and split into the
+//! time the thread waited on a run queue for a CPU and the rest, the wake-up
+//! itself (`RuntimeStats::handoff_ns`, `handoff_run_queue_ns`): the simulator
+//! models the run-queue wait and needs the rest measured.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::Thread;
 
@@ -23,8 +30,9 @@ use crate::RuntimeError;
 
 /// How to tell a waiting job it was admitted.
 enum Waiter {
-    /// A thread parked in [`Cooperative::enter`] or [`Cooperative::wake`].
-    Thread { thread: Thread, admitted: Arc<AtomicBool> },
+    /// A thread parked in [`Cooperative::enter`] or [`Cooperative::wake`]; `admitted_at`
+    /// is 0 until the job is admitted, then the monotonic time of its admission.
+    Thread { thread: Thread, admitted_at: Arc<AtomicU64> },
     /// An async request waiting in [`Cooperative::enter_async`].
     Task(oneshot::Sender<()>),
 }
@@ -71,8 +79,8 @@ impl Cooperative {
                 // its drop guard then calls `leave`, which gives the slot back.
                 *active += 1;
                 match w {
-                    Waiter::Thread { thread, admitted } => {
-                        admitted.store(true, Ordering::Release);
+                    Waiter::Thread { thread, admitted_at } => {
+                        admitted_at.store(monotonic_ns().max(1), Ordering::Release);
                         thread.unpark();
                     }
                     Waiter::Task(tx) => {
@@ -86,17 +94,30 @@ impl Cooperative {
 
     /// Waits until the job may run; returns the time waited.
     fn wait(&self, mut st: MutexGuard<'_, State>, id: JobId, counters: &Counters, start: Nanos) -> Nanos {
-        let admitted = Arc::new(AtomicBool::new(false));
-        st.waiters.insert(id, Waiter::Thread { thread: std::thread::current(), admitted: admitted.clone() });
+        let admitted_at = Arc::new(AtomicU64::new(0));
+        st.waiters.insert(id, Waiter::Thread { thread: std::thread::current(), admitted_at: admitted_at.clone() });
         self.dispatch(&mut st, counters);
         drop(st);
-        if admitted.load(Ordering::Acquire) {
+        if admitted_at.load(Ordering::Acquire) != 0 {
             return 0;
         }
-        while !admitted.load(Ordering::Acquire) {
+        // Run-queue delay so far: the thread is running now, so what it adds from here
+        // on is time spent runnable after the unpark, waiting for a CPU.
+        let queued_before = run_queue_delay_ns();
+        let mut admitted = admitted_at.load(Ordering::Acquire);
+        while admitted == 0 {
             std::thread::park();
+            admitted = admitted_at.load(Ordering::Acquire);
         }
-        monotonic_ns().saturating_sub(start)
+        let now = monotonic_ns();
+        let queued = match (queued_before, run_queue_delay_ns()) {
+            (Some(before), Some(after)) => after.saturating_sub(before),
+            _ => 0,
+        };
+        Counters::add(&counters.handoffs, 1);
+        Counters::add(&counters.handoff_ns, now.saturating_sub(admitted));
+        Counters::add(&counters.handoff_run_queue_ns, queued);
+        now.saturating_sub(start)
     }
 
     /// A new job: waits for admission. Returns its id and the time waited.
@@ -164,6 +185,23 @@ impl Cooperative {
     pub fn waiting(&self) -> usize {
         self.lock().driver.waiting()
     }
+}
+
+thread_local! {
+    /// This thread's `/proc/thread-self/schedstat`, opened once (None: not readable here).
+    static SCHEDSTAT: Option<std::fs::File> = std::fs::File::open("/proc/thread-self/schedstat").ok();
+}
+
+/// Time this thread has spent runnable but waiting for a CPU, ns (the second field of
+/// its schedstat); None where the kernel does not provide it (then a hand-off is not
+/// split and counts whole as wake-up).
+fn run_queue_delay_ns() -> Option<Nanos> {
+    use std::os::unix::fs::FileExt;
+    SCHEDSTAT.with(|f| {
+        let mut buf = [0u8; 96];
+        let n = f.as_ref()?.read_at(&mut buf, 0).ok()?;
+        std::str::from_utf8(&buf[..n]).ok()?.split_whitespace().nth(1)?.parse().ok()
+    })
 }
 
 /// An async job's place in line; `wait` resolves at admission.

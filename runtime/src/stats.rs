@@ -16,6 +16,9 @@ pub(crate) struct Counters {
     pub fallbacks: AtomicU64,
     pub reattached: AtomicU64,
     pub max_running: AtomicU64,
+    pub handoffs: AtomicU64,
+    pub handoff_ns: AtomicU64,
+    pub handoff_run_queue_ns: AtomicU64,
 }
 
 impl Counters {
@@ -36,6 +39,9 @@ impl Counters {
             fallbacks: self.fallbacks.load(Relaxed),
             reattached: self.reattached.load(Relaxed),
             max_running: self.max_running.load(Relaxed),
+            handoffs: self.handoffs.load(Relaxed),
+            handoff_ns: self.handoff_ns.load(Relaxed),
+            handoff_run_queue_ns: self.handoff_run_queue_ns.load(Relaxed),
         }
     }
 }
@@ -65,4 +71,12 @@ pub struct RuntimeStats {
     pub reattached: u64,
     /// Most jobs admitted at the same time (cooperative backend), a check of the `c` bound.
     pub max_running: u64,
+    /// Admissions of a parked thread (cooperative backend): a job that waited, admitted
+    /// by the job that freed its slot, which then unparks it.
+    pub handoffs: u64,
+    /// Total time from those admissions to the parked thread running again, ns.
+    pub handoff_ns: u64,
+    /// The part of `handoff_ns` the threads spent on a run queue waiting for a CPU
+    /// (schedstat); the rest is the wake-up itself (0 where schedstat is unavailable).
+    pub handoff_run_queue_ns: u64,
 }

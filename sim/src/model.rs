@@ -26,8 +26,9 @@ pub struct ServiceModel {
     /// Index of this service's first node; its instances are consecutive.
     /// Services on one host share its node.
     pub first_node: usize,
-    /// Cooperative admission gate: (order, at most this many admitted).
-    pub admit: Option<(PolicySpec, usize)>,
+    /// Cooperative admission gate: (order, at most this many admitted, delay from a
+    /// waiting task's admission to its arrival on the CPUs).
+    pub admit: Option<(PolicySpec, usize, Nanos)>,
     /// Per instance, the factor on `service_time` (empty: all 1).
     pub instance_scale: Vec<f64>,
     /// Per instance, the weight a fan-out picks it with (empty: uniform).
@@ -295,7 +296,7 @@ impl Model {
                 service_time: build_dist(&format!("service {:?} service_time", s.name), &s.service_time)?,
                 context_switch: node.context_switch,
                 first_node: first,
-                admit: s.admit.map(|a| (a.kind.policy(), a.c)),
+                admit: s.admit.map(|a| (a.kind.policy(), a.c, from_micros_f64(a.handoff_us))),
                 instance_scale: per_instance(s, |g| g.scale),
                 instance_weight: per_instance(s, |g| g.weight),
             });

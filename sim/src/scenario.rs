@@ -228,6 +228,20 @@ pub struct HostSpec {
 pub struct AdmitSpec {
     pub kind: AdmitOrder,
     pub c: usize,
+    /// `handoff_us = 40`: a task that waited in the gate reaches the CPUs this long after
+    /// the task that freed its slot admitted it, holding the slot meanwhile. The
+    /// runtime's gate parks a waiting thread and the freeing one unparks it: a wake-up,
+    /// often across CPUs, that costs time but no CPU of the jobs (`tailor demo` measures
+    /// it per run; docs/demo.md). 0 (the default): admission is instant.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub handoff_us: f64,
+}
+
+impl AdmitSpec {
+    /// A gate admitting `c` in `kind` order, with instant admission.
+    pub fn new(kind: AdmitOrder, c: usize) -> AdmitSpec {
+        AdmitSpec { kind, c, handoff_us: 0.0 }
+    }
 }
 
 /// The order in which a gate admits waiting tasks. Only non-preemptive

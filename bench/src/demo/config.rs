@@ -164,11 +164,9 @@ impl DemoConfig {
         let linux = PolicySpec::Fair { min_granularity_ms: linux_slice_ms, latency_ms: linux_slice_ms };
         match mode {
             Mode::Linux => ModeModel { host_policy: linux, admit: None },
-            Mode::Fifo => {
-                ModeModel { host_policy: linux, admit: Some(AdmitSpec { kind: AdmitOrder::Fifo, c: self.cores }) }
-            }
+            Mode::Fifo => ModeModel { host_policy: linux, admit: Some(AdmitSpec::new(AdmitOrder::Fifo, self.cores)) },
             Mode::OrfCoop => {
-                ModeModel { host_policy: linux, admit: Some(AdmitSpec { kind: AdmitOrder::Gfifo, c: self.orf_c }) }
+                ModeModel { host_policy: linux, admit: Some(AdmitSpec::new(AdmitOrder::Gfifo, self.orf_c)) }
             }
             Mode::Rr => ModeModel { host_policy: PolicySpec::Rr { slice_us: self.slice_us }, admit: None },
             Mode::OrfBand | Mode::OrfParkIdle => {
@@ -233,8 +231,8 @@ mod tests {
             assert_eq!(cfg.model(mode).host_policy, PolicySpec::Orf { c: 2, slice_us: 500.0 });
         }
         assert_eq!(cfg.model(Mode::Rr).host_policy, PolicySpec::Rr { slice_us: 500.0 });
-        assert_eq!(cfg.model(Mode::OrfCoop).admit, Some(AdmitSpec { kind: AdmitOrder::Gfifo, c: 2 }));
-        assert_eq!(cfg.model(Mode::Fifo).admit, Some(AdmitSpec { kind: AdmitOrder::Fifo, c: 2 }));
+        assert_eq!(cfg.model(Mode::OrfCoop).admit, Some(AdmitSpec::new(AdmitOrder::Gfifo, 2)));
+        assert_eq!(cfg.model(Mode::Fifo).admit, Some(AdmitSpec::new(AdmitOrder::Fifo, 2)));
         // The cooperative gates are the backends those modes run.
         let table = Path::new("/dev/shm/unused");
         for mode in [Mode::OrfCoop, Mode::Fifo] {

@@ -26,7 +26,7 @@ fn errors(s: &RunSummary) -> u64 {
 pub(super) fn row_line(r: &RunResult) -> String {
     let s = &r.summary;
     format!(
-        "{:<8} {:<9} ρ={:.2} (effective {:.2}) {:>5.0} req/s  p50 {:>7.2}  p99 {:>7.2} (sim {:>7}, 80% of simulated runs {})  p99.9 {:>7.2}  mean {:>6.2} ms  reorder {:>4.1}%  errors {}  background {:.1} CPUs  overhead {:.0} µs/req",
+        "{:<8} {:<9} ρ={:.2} (effective {:.2}) {:>5.0} req/s  p50 {:>7.2}  p99 {:>7.2} (sim {:>7}, 80% of simulated runs {})  p99.9 {:>7.2}  mean {:>6.2} ms  reorder {:>4.1}%  errors {}  background {:.1} CPUs  overhead {:.0} µs/req{}",
         r.mode_name,
         r.workload,
         r.load,
@@ -41,7 +41,14 @@ pub(super) fn row_line(r: &RunResult) -> String {
         s.reordering_pct,
         errors(s),
         r.cpu.background_cpus,
-        r.overhead_per_request_us
+        r.overhead_per_request_us,
+        match (r.handoff_us, r.handoff_wakeup_us) {
+            (Some(all), Some(wake)) => format!(
+                "  hand-offs {:.2}/req, {all:.0} µs each ({wake:.0} µs wake-up)",
+                r.handoffs_per_request
+            ),
+            _ => String::new(),
+        }
     )
 }
 

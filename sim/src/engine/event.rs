@@ -8,6 +8,8 @@ use tailor_core::Nanos;
 pub(super) enum EvKind {
     /// A task reaches its node after the network delay.
     Deliver { task: u32 },
+    /// A task a gate admitted after it waited reaches its node's CPUs (the hand-off).
+    Enter { task: u32 },
     /// An interrupt steals the CPU.
     Noise { node: u32, cpu: u32 },
     /// The response reaches the edge.

@@ -225,10 +225,11 @@ impl<'m> Engine<'m> {
             .services
             .iter()
             .map(|s| match &s.admit {
-                Some((order, c)) => {
+                Some((order, c, handoff)) => {
                     gates.push(Gate {
                         policy: order.build_any(*c, 0).expect("gate order validated when the scenario loaded"),
                         admitted: vec![None; *c],
+                        handoff: *handoff,
                     });
                     (gates.len() - 1) as u32
                 }
@@ -339,6 +340,10 @@ impl<'m> Engine<'m> {
                     self.now = ev.time;
                     match ev.kind {
                         EvKind::Deliver { task } => self.on_deliver(task),
+                        EvKind::Enter { task } => {
+                            let job = self.job(task);
+                            self.enter_node(job);
+                        }
                         EvKind::Noise { node, cpu } => self.on_noise(node as usize, cpu as usize),
                         EvKind::Respond { req } => self.on_respond(req),
                         EvKind::Return { act } => self.on_return(act),

@@ -33,6 +33,9 @@ pub(super) struct Gate {
     pub(super) policy: AnyPolicy,
     /// `policy.running()` as last applied.
     pub(super) admitted: Vec<Option<JobId>>,
+    /// From admitting a task that waited to its arrival on the CPUs (the runtime's
+    /// unpark of a parked thread); a task admitted on arrival enters at once.
+    pub(super) handoff: Nanos,
 }
 
 /// `Task::gate` of a task whose service has no gate.
@@ -88,7 +91,7 @@ impl<'m> Engine<'m> {
             self.enter_node(job);
         } else {
             self.gates[gate as usize].policy.arrive(self.now, job);
-            self.admit_from_gate(gate as usize);
+            self.admit_from_gate(gate as usize, false);
         }
     }
 
@@ -122,7 +125,9 @@ impl<'m> Engine<'m> {
 
     /// Sends the tasks the gate newly admitted to their node. A gate policy is
     /// non-preemptive: an admitted task stays admitted until it completes.
-    pub(super) fn admit_from_gate(&mut self, gate: usize) {
+    /// `handed_off`: a slot just freed, so who gets it waited and arrives after the
+    /// gate's hand-off delay.
+    pub(super) fn admit_from_gate(&mut self, gate: usize, handed_off: bool) {
         let g = &mut self.gates[gate];
         let mut newly = std::mem::take(&mut self.scratch);
         newly.clear();
@@ -134,9 +139,14 @@ impl<'m> Engine<'m> {
                 *slot = want;
             }
         }
+        let handoff = if handed_off { g.handoff } else { 0 };
         for &task in &newly {
-            let job = self.job(task);
-            self.enter_node(job);
+            if handoff > 0 {
+                self.push(self.now + handoff, EvKind::Enter { task });
+            } else {
+                let job = self.job(task);
+                self.enter_node(job);
+            }
         }
         self.scratch = newly;
     }
@@ -179,7 +189,7 @@ impl<'m> Engine<'m> {
             if let Some(slot) = g.admitted.iter_mut().find(|s| **s == Some(task as u64)) {
                 *slot = None;
             }
-            self.admit_from_gate(t.gate as usize);
+            self.admit_from_gate(t.gate as usize, true);
         }
         if t.ret == 0 {
             self.on_return(t.act);

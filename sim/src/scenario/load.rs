@@ -192,6 +192,9 @@ impl Scenario {
                 if a.c == 0 {
                     p.push(format!("service {:?}: admit c = 0 would admit nothing; give at least 1", s.name));
                 }
+                if !(a.handoff_us.is_finite() && a.handoff_us >= 0.0) {
+                    p.push(format!("service {:?}: admit handoff_us = {} must be ≥ 0 (µs)", s.name, a.handoff_us));
+                }
                 if s.instances != 1 {
                     p.push(format!(
                         "service {:?}: `admit` gates a single instance; remove `instances` or `admit`",

@@ -85,8 +85,8 @@ impl Sidecars {
         let host_policy = demo.model(Mode::Linux).host_policy;
         let admit = match self {
             Sidecars::None => None,
-            Sidecars::Fifo => Some(AdmitSpec { kind: AdmitOrder::Fifo, c }),
-            Sidecars::Orf => Some(AdmitSpec { kind: AdmitOrder::Gfifo, c }),
+            Sidecars::Fifo => Some(AdmitSpec::new(AdmitOrder::Fifo, c)),
+            Sidecars::Orf => Some(AdmitSpec::new(AdmitOrder::Gfifo, c)),
             Sidecars::OrfChain => {
                 return ModeModel { host_policy: PolicySpec::Orf { c, slice_us: demo.slice_us }, admit: None }
             }
