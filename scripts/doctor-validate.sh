@@ -15,7 +15,6 @@
 # table in docs/results/doctor.md): judge a fix on several rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_PROFILE_BENCH_LTO=false CARGO_PROFILE_BENCH_CODEGEN_UNITS=16
 
 RUN_SECONDS=${RUN_SECONDS:-6}
 ROUNDS=${ROUNDS:-1}
