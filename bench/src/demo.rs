@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tailor_core::{Nanos, PolicySpec, Progress, Rng};
+use tailor_runtime::kernel::AgentReport;
 use tailor_runtime::BackendSpec;
 
 use crate::chain::{has_cap_sys_nice, stop_child, Chain, ChainSpec};
@@ -502,24 +503,6 @@ pub fn kernel_unavailable(cfg: &DemoConfig) -> Option<String> {
     None
 }
 
-/// What a kernel mode's agent reported as it stopped (the `AgentReport { … }` it logs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct AgentCounts {
-    rotations: u64,
-    cpu_ns: u64,
-}
-
-impl AgentCounts {
-    fn from_log(text: &str) -> Option<AgentCounts> {
-        let line = text.lines().rev().find(|l| l.contains("AgentReport {"))?;
-        let field = |name: &str| -> Option<u64> {
-            let at = line.find(&format!(" {name}: "))? + name.len() + 3;
-            line[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
-        };
-        Some(AgentCounts { rotations: field("rotations")?, cpu_ns: field("cpu_ns")? })
-    }
-}
-
 /// Simulated runs behind each run's prediction: enough for a steady median and a 10–90%
 /// band (the band's ends move by a few percent between sets of 30 seeds), and cheap — 30 runs
 /// of a default demo run's 3,300 requests take well under a second.
@@ -538,8 +521,8 @@ fn finish_run(
     cpu: CpuUsage,
     runs_dir: &Path,
 ) -> Result<RunResult, DemoError> {
-    let mean_demand_us =
-        records.iter().map(|r| r.total_demand_ns() as f64 / 1e3).sum::<f64>() / records.len().max(1) as f64;
+    let requests_run = records.len().max(1) as f64;
+    let mean_demand_us = records.iter().map(|r| r.total_demand_ns() as f64 / 1e3).sum::<f64>() / requests_run;
     let summary = summarize(records, cfg.warmup, cfg.tiers as u32, cfg.cores);
     let stem = run_stem(mode, w, load);
     let hist = histogram_us(&measured_latencies(records, cfg.warmup));
@@ -563,7 +546,9 @@ fn finish_run(
         .kernel_enforced()
         .then(|| std::fs::read_to_string(logs_dir.join(format!("{stem}-agent.log"))).ok())
         .flatten()
-        .and_then(|text| AgentCounts::from_log(&text));
+        .and_then(|text| AgentReport::from_log(&text));
+    let agent_cpu_per_rotation_us =
+        agent.filter(|a| a.rotations > 0).map(|a| a.cpu_ns as f64 / a.rotations as f64 / 1e3);
     let mut model = cfg.model(mode);
     if let (Some(gate), Some(us)) = (&mut model.admit, handoff_wakeup_us) {
         gate.handoff_us = us;
@@ -571,13 +556,11 @@ fn finish_run(
     // A mode whose agent rotates the band pays the agent's CPU per slice, not per request:
     // the model charges its CPU per rotation to every re-dispatch of a preempted task and
     // takes the same CPU out of the per-request overhead (which measured it too).
-    let requests_run = records.len().max(1) as f64;
-    let (context_switch_us, model_overhead_us) = match agent.filter(|a| a.rotations > 0) {
-        Some(a) => (
-            a.cpu_ns as f64 / a.rotations as f64 / 1e3,
-            (model_overhead_us - a.cpu_ns as f64 / 1e3 / requests_run).max(0.0),
-        ),
-        None => (1.0, model_overhead_us),
+    let (context_switch_us, model_overhead_us) = match (agent, agent_cpu_per_rotation_us) {
+        (Some(a), Some(per_rotation_us)) => {
+            (per_rotation_us, (model_overhead_us - a.cpu_ns as f64 / 1e3 / requests_run).max(0.0))
+        }
+        _ => (1.0, model_overhead_us),
     };
     let spec = PredictSpec {
         name: format!("demo-{stem}"),
@@ -613,13 +596,11 @@ fn finish_run(
         cores: cfg.cores,
         summary,
         overhead_per_request_us,
-        handoffs_per_request: tiers.handoffs as f64 / records.len().max(1) as f64,
+        handoffs_per_request: tiers.handoffs as f64 / requests_run,
         handoff_us: (tiers.handoffs > 0).then(|| tiers.handoff_ns as f64 / tiers.handoffs as f64 / 1e3),
         handoff_wakeup_us,
         agent_rotations_per_request: agent.map(|a| a.rotations as f64 / requests_run),
-        agent_cpu_per_rotation_us: agent
-            .filter(|a| a.rotations > 0)
-            .map(|a| a.cpu_ns as f64 / a.rotations as f64 / 1e3),
+        agent_cpu_per_rotation_us,
         cpu,
         predicted_p99_ms: p99,
         predicted_p99_band_ms: band,
@@ -640,18 +621,4 @@ fn finish_run(
     write_file(&runs_dir.join(format!("{stem}.json")), &serde_json::to_string_pretty(&result).expect("serializes"))?;
     result.files.sort();
     Ok(result)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_agent_report_line_gives_rotations_and_cpu() {
-        // As `tailor agent` logs it when it stops (a real rr run's line, shortened).
-        let log = "tailor agent: pid 1, table /dev/shm/t, policy Rr { slice_us: 500.0 } on 2 CPUs\n\
-                   tailor agent: stopped; AgentReport { arrivals: 7360, completions: 7360, promotions: 16693, demotions: 12348, rotations: 15404, wakeups: 21695, rung: 3, self_admitted: 0, handoffs: 0, reaped: 0, errors: 0, cpu_ns: 986273654, wall_ns: 12000000000, adaptive: DecisionReport { windows: 0, cpu_ns: 0 } }\n";
-        assert_eq!(AgentCounts::from_log(log), Some(AgentCounts { rotations: 15404, cpu_ns: 986273654 }));
-        assert_eq!(AgentCounts::from_log("tailor agent: pid 1\n"), None);
-    }
 }

@@ -105,8 +105,7 @@ impl Sampler {
         let mut loaded = BTreeMap::new();
         let mut settled = BTreeMap::new();
         for (name, s) in all {
-            let (under_load, after): (Vec<(f64, f64)>, Vec<(f64, f64)>) =
-                s.points.into_iter().partition(|p| p.0 <= end_min);
+            let (under_load, after): (Vec<_>, Vec<_>) = s.points.into_iter().partition(|p| p.0 <= end_min);
             if let Some(&(_, v)) = after.last() {
                 settled.insert(name.clone(), v);
             }

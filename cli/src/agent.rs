@@ -126,6 +126,6 @@ pub fn main(args: AgentArgs) -> Result<(), String> {
         args.admin_addr.map(|addr| kernel::agent_stats::serve(addr, &stats)).transpose().map_err(|e| e.to_string())?;
     let report = kernel::run_agent_with_stats(&cfg, stop, &stats).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_file(&cfg.table);
-    eprintln!("tailor agent: stopped; {report:?}");
+    eprintln!("{}", report.log_line());
     Ok(())
 }

@@ -268,7 +268,8 @@ pub fn service(args: &Args) -> Result<(), String> {
                 submitted.fetch_add(1, Ordering::Relaxed);
                 let arrival = monotonic_ns();
                 let latencies = latencies.clone();
-                let _ = sched.spawn(Context::stamped(realtime_ns()), move |permit| {
+                // Submitted at once; the result is not awaited (the job records its own latency).
+                drop(sched.spawn(Context::stamped(realtime_ns()), move |permit| {
                     // Recorded on unwind too: a panicking job still completes.
                     struct Record(Arc<Mutex<Vec<(u64, u64)>>>, u64);
                     impl Drop for Record {
@@ -285,7 +286,7 @@ pub fn service(args: &Args) -> Result<(), String> {
                         panic!("injected panic in job {n}");
                     }
                     burn_cpu(work_us * 500);
-                });
+                }));
             }
         })
     };

@@ -6,8 +6,11 @@ use crate::cases::{self, Row};
 use crate::proxy_cases::{self, Fault, ProxyRow};
 use crate::proxyproc::Role;
 
+/// A fault: it runs against the `tailor` binary at the path and returns its row.
+pub type Case = fn(&Path) -> Row;
+
 /// Every fault by a short name (`--only NAME`), in the order of the report.
-pub fn all() -> Vec<(&'static str, fn(&Path) -> Row)> {
+pub fn all() -> Vec<(&'static str, Case)> {
     vec![
         ("kill9", cases::agent_kill9),
         ("sigstop", cases::agent_sigstop),

@@ -50,7 +50,7 @@ fn changed(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) 
 }
 
 fn lost(pids: &[u32]) -> usize {
-    pids.iter().filter(|&&p| !tailor_node::procs::proc_info(p).is_some_and(|i| !i.exiting)).count()
+    pids.iter().filter(|&&p| tailor_node::procs::proc_info(p).is_none_or(|i| i.exiting)).count()
 }
 
 /// Two tiers over every mechanism the agent has on this kernel: the critical one a cpuset, a

@@ -45,18 +45,25 @@ pub struct RequestBody {
     inner: Incoming,
     left: u64,
     limit: u64,
-    /// The limit, its deadline, and the timer for it, made the first time the body has to
-    /// be waited for (most requests have none, or all of it at once).
-    timeout: Option<(std::time::Duration, tokio::time::Instant, Option<Pin<Box<tokio::time::Sleep>>>)>,
+    timeout: Option<BodyTimeout>,
     /// When the whole body had been handed on (the upstream's time starts then). `None`:
     /// the body was complete when the request was relayed (most requests have none), so
     /// nobody needs to be told when it went: no cell to allocate.
     sent: Option<Arc<OnceLock<Instant>>>,
 }
 
+/// A request body's time limit and its deadline; the timer is made the first time the body
+/// has to be waited for (most requests have none, or all of it at once).
+struct BodyTimeout {
+    limit: std::time::Duration,
+    deadline: tokio::time::Instant,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
 impl RequestBody {
     pub fn new(inner: Incoming, max_bytes: u64, timeout: Option<std::time::Duration>) -> RequestBody {
-        let timeout = timeout.map(|t| (t, tokio::time::Instant::now() + t, None));
+        let timeout =
+            timeout.map(|limit| BodyTimeout { limit, deadline: tokio::time::Instant::now() + limit, timer: None });
         let sent = (!inner.is_end_stream()).then(Arc::default);
         RequestBody { inner, left: max_bytes, limit: max_bytes, timeout, sent }
     }
@@ -92,10 +99,10 @@ impl HttpBody for RequestBody {
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
             Poll::Pending => {
-                if let Some((t, deadline, sleep)) = &mut this.timeout {
-                    let sleep = sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(*deadline)));
-                    if sleep.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Some(Err(BodyError::TimedOut(t.as_millis()).into())));
+                if let Some(BodyTimeout { limit, deadline, timer }) = &mut this.timeout {
+                    let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(*deadline)));
+                    if timer.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Some(Err(BodyError::TimedOut(limit.as_millis()).into())));
                     }
                 }
                 Poll::Pending

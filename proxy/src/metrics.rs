@@ -187,7 +187,7 @@ pub fn registry(metrics: &Arc<Metrics>, gate: impl Fn() -> GateView + Send + Syn
         .counter("tailor_proxy_context_stamped", "Requests without a context, stamped here.", count(|m| &m.stamped))
         .counter("tailor_proxy_context_accepted", "Requests whose context was decoded.", move || m3.wire.accepted())
         .counter_family("tailor_proxy_context_errors", "Contexts rejected, by kind.", None, "kind", move || {
-            m4.wire.rejected().into_iter().map(|(k, n)| (k.to_string(), n as f64)).collect()
+            m4.wire.rejected().map(|(k, n)| (k.to_string(), n as f64)).collect()
         })
         .counter_family("tailor_proxy_context_clamped", "Contexts clamped, by field.", None, "field", move || {
             m5.wire.clamped().into_iter().map(|(f, n)| (f.to_string(), n as f64)).collect()

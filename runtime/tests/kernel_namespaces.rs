@@ -183,6 +183,6 @@ fn a_host_agent_stopping_restores_a_namespaced_thread_mid_job() {
     assert_eq!((report.restored, report.errors, report.unresolved), (1, 0, 0), "{report:?}");
     // Back at the policy it was spawned with (this process's: SCHED_IDLE under `chrt -i 0`).
     let restored = format!("AFTER AGENT {}", started_policy().inherited_by_child().describe());
-    assert!(rest.iter().any(|l| *l == restored), "restored mid-job to {restored:?}: {rest:?}");
+    assert!(rest.contains(&restored), "restored mid-job to {restored:?}: {rest:?}");
     assert_eq!(host_policies(&decoys), before, "host threads with the pod's ids were never touched");
 }

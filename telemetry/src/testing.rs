@@ -316,6 +316,59 @@ fn percent_encode(text: &str) -> String {
         .collect()
 }
 
+/// Locks on the ports this process has claimed ([`claim_port`]), held until it exits.
+static CLAIMED_PORTS: Mutex<Vec<File>> = Mutex::new(Vec::new());
+
+/// A loopback port for a child process to listen on, which nothing else will take before
+/// the child binds it. A port the kernel hands out for `:0` is in the ephemeral range,
+/// where any process's outgoing connection may take it as its local port meanwhile (a
+/// test failed that way); this one is below that range, claimed by an exclusive lock on
+/// a file named after it in `$TMPDIR/tailor-test-ports` (other tests and harnesses, in
+/// this process or another, skip a claimed port) and checked free by binding it once.
+/// Where the code under test can bind port 0 and report its address, prefer that.
+pub fn claim_port() -> io::Result<u16> {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let span = ephemeral_low.saturating_sub(1024).min(16384);
+    if span == 0 {
+        return Err(io::Error::other(format!("no ports below the ephemeral range ({ephemeral_low})")));
+    }
+    let base = ephemeral_low - span;
+    let dir = std::env::temp_dir().join("tailor-test-ports");
+    std::fs::create_dir_all(&dir)?;
+    let mut claimed = CLAIMED_PORTS.lock().unwrap_or_else(|p| p.into_inner());
+    // Processes start at different places, so they rarely contend for one file.
+    let start = (std::process::id() as usize * 7919 + claimed.len()) % span as usize;
+    for i in 0..span as usize {
+        let port = base + ((start + i) % span as usize) as u16;
+        let Ok(file) =
+            std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(port.to_string()))
+        else {
+            continue;
+        };
+        // SAFETY: flock on a descriptor we own; LOCK_NB makes it fail instead of waiting.
+        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+        if !locked || TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
+        claimed.push(file);
+        return Ok(port);
+    }
+    Err(io::Error::other(format!("no free loopback port in {base}..{ephemeral_low}")))
+}
+
+/// [`claim_port`] for a test: panics when no port is free.
+pub fn free_port() -> u16 {
+    claim_port().unwrap_or_else(|e| panic!("claiming a loopback port: {e}"))
+}
+
+/// `127.0.0.1:`[`free_port`].
+pub fn free_loopback_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,57 +445,4 @@ mod tests {
     fn queries_are_percent_encoded() {
         assert_eq!(percent_encode("up{job=\"tailor\"}"), "up%7Bjob%3D%22tailor%22%7D");
     }
-}
-
-/// Locks on the ports this process has claimed ([`claim_port`]), held until it exits.
-static CLAIMED_PORTS: Mutex<Vec<File>> = Mutex::new(Vec::new());
-
-/// A loopback port for a child process to listen on, which nothing else will take before
-/// the child binds it. A port the kernel hands out for `:0` is in the ephemeral range,
-/// where any process's outgoing connection may take it as its local port meanwhile (a
-/// test failed that way); this one is below that range, claimed by an exclusive lock on
-/// a file named after it in `$TMPDIR/tailor-test-ports` (other tests and harnesses, in
-/// this process or another, skip a claimed port) and checked free by binding it once.
-/// Where the code under test can bind port 0 and report its address, prefer that.
-pub fn claim_port() -> io::Result<u16> {
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    let span = ephemeral_low.saturating_sub(1024).min(16384);
-    if span == 0 {
-        return Err(io::Error::other(format!("no ports below the ephemeral range ({ephemeral_low})")));
-    }
-    let base = ephemeral_low - span;
-    let dir = std::env::temp_dir().join("tailor-test-ports");
-    std::fs::create_dir_all(&dir)?;
-    let mut claimed = CLAIMED_PORTS.lock().unwrap_or_else(|p| p.into_inner());
-    // Processes start at different places, so they rarely contend for one file.
-    let start = (std::process::id() as usize * 7919 + claimed.len()) % span as usize;
-    for i in 0..span as usize {
-        let port = base + ((start + i) % span as usize) as u16;
-        let Ok(file) =
-            std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(port.to_string()))
-        else {
-            continue;
-        };
-        // SAFETY: flock on a descriptor we own; LOCK_NB makes it fail instead of waiting.
-        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-        if !locked || TcpListener::bind(("127.0.0.1", port)).is_err() {
-            continue;
-        }
-        claimed.push(file);
-        return Ok(port);
-    }
-    Err(io::Error::other(format!("no free loopback port in {base}..{ephemeral_low}")))
-}
-
-/// [`claim_port`] for a test: panics when no port is free.
-pub fn free_port() -> u16 {
-    claim_port().unwrap_or_else(|e| panic!("claiming a loopback port: {e}"))
-}
-
-/// `127.0.0.1:`[`free_port`].
-pub fn free_loopback_addr() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], free_port()))
 }

@@ -57,7 +57,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
         // SCHED_IDLE work (e.g. `chrt -i` builds) yields to the service at once: not a source.
         .filter(|d| d.policy != crate::task::SCHED_IDLE)
         .collect();
-    others.sort_by(|a, b| b.cpu_ns.cmp(&a.cpu_ns));
+    others.sort_by_key(|o| std::cmp::Reverse(o.cpu_ns));
     let other_cpu: f64 = others.iter().map(|d| d.cpu_ns as f64 / interval).sum();
     // SCHED_IDLE work on those CPUs: it shows in CPU pressure (its tasks wait for a CPU) but
     // yields to everything else at once.

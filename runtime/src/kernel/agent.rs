@@ -111,7 +111,12 @@ impl Enforce {
 }
 
 /// What the agent did, returned when it stops.
-#[derive(Clone, Copy, Debug, Default)]
+///
+/// `tailor agent` logs it as one JSON line ([`AgentReport::log_line`]) that harnesses read
+/// back with [`AgentReport::from_log`]: the format and its parser live here together, and
+/// fields added later read as zero from an older log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct AgentReport {
     pub arrivals: u64,
     pub completions: u64,
@@ -147,6 +152,20 @@ pub struct AgentReport {
 }
 
 impl AgentReport {
+    /// What starts the report's line in the agent's log.
+    pub const LOG_PREFIX: &'static str = "tailor agent: stopped; report ";
+
+    /// The report as the agent logs it when it stops: [`Self::LOG_PREFIX`], then JSON.
+    pub fn log_line(&self) -> String {
+        format!("{}{}", Self::LOG_PREFIX, serde_json::to_string(self).expect("a report of numbers serializes"))
+    }
+
+    /// The last report in an agent's log, if it wrote one (an agent that was killed did not).
+    pub fn from_log(log_text: &str) -> Option<AgentReport> {
+        let line = log_text.lines().rev().find(|l| l.contains(Self::LOG_PREFIX))?;
+        serde_json::from_str(&line[line.find(Self::LOG_PREFIX)? + Self::LOG_PREFIX.len()..]).ok()
+    }
+
     /// Counts an error and logs the first 20: a misconfigured node would otherwise flood
     /// stderr.
     pub(super) fn error(&mut self, msg: String) {
@@ -548,5 +567,28 @@ impl Pace {
     pub(super) fn finish(&self, report: &mut AgentReport) {
         report.wall_ns = monotonic_ns() - self.start_wall;
         report.cpu_ns = self.cpu_ns();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_logged_report_reads_back() {
+        let report = AgentReport {
+            arrivals: 7360,
+            rotations: 15404,
+            cpu_ns: 986_273_654,
+            adaptive: DecisionReport { windows: 3, cap: 2, ..Default::default() },
+            ..Default::default()
+        };
+        let log = format!("tailor agent: pid 1, policy orf\n{}\n", report.log_line());
+        assert_eq!(AgentReport::from_log(&log), Some(report));
+        // A field this build does not write (an older agent's log) reads as zero.
+        let older = r#"tailor agent: stopped; report {"rotations":5,"cpu_ns":10}"#;
+        assert_eq!(AgentReport::from_log(older), Some(AgentReport { rotations: 5, cpu_ns: 10, ..Default::default() }));
+        // An agent that was killed wrote no report.
+        assert_eq!(AgentReport::from_log("tailor agent: pid 1, policy orf\n"), None);
     }
 }

@@ -37,7 +37,8 @@ pub const HELPER_NICE: i32 = 10;
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 
 /// What the decision helper did, for the agent's report.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct DecisionReport {
     /// Windows handed to the helper.
     pub windows: u64,
