@@ -14,14 +14,15 @@ esac
 # Tests build everything, test binaries included, with the `release` profile (check with
 # `cargo test --release -v`: thin LTO, one codegen unit; cargo does not use `bench` here),
 # and thin-linking the whole dependency graph into each of ~70 test binaries was most of the
-# build (~20 s of CPU per binary, however small). Tests compare ratios, not absolute speed,
+# build (~15 s of wall time per binary, however small; ~1 s without; docs/results/build.md). Tests compare ratios, not absolute speed,
 # so they build without LTO and in 16 codegen units; `cargo build --release`, the demo and
 # the benchmarks keep the shipped profile (the two builds sit side by side in target/release).
 export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
+cargo_test=(cargo test --workspace --release --locked)
 if [ "$build_only" = 1 ]; then
-  exec cargo test --workspace --release --locked --no-run 2>&1
+  exec "${cargo_test[@]}" --no-run 2>&1
 fi
-cargo test --workspace --release --locked 2>&1
+"${cargo_test[@]}" 2>&1
 # The Go and Python context codecs pass the same vectors as core
 # (testdata/context). -count=1 because go caches test results and does not
 # notice a change to the vectors, which live outside the Go module.

@@ -61,8 +61,7 @@ impl TierStats {
 
     /// The stats a tier logged in `log_text` (its last such line), if any.
     pub fn from_log(log_text: &str) -> Option<TierStats> {
-        let line = log_text.lines().rev().find(|l| l.contains(STATS_PREFIX))?;
-        let json = &line[line.find(STATS_PREFIX)? + STATS_PREFIX.len()..];
+        let (_, json) = log_text.lines().rev().find_map(|l| l.split_once(STATS_PREFIX))?;
         serde_json::from_str(json.trim()).ok()
     }
 

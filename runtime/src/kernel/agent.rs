@@ -162,8 +162,8 @@ impl AgentReport {
 
     /// The last report in an agent's log, if it wrote one (an agent that was killed did not).
     pub fn from_log(log_text: &str) -> Option<AgentReport> {
-        let line = log_text.lines().rev().find(|l| l.contains(Self::LOG_PREFIX))?;
-        serde_json::from_str(&line[line.find(Self::LOG_PREFIX)? + Self::LOG_PREFIX.len()..]).ok()
+        let (_, json) = log_text.lines().rev().find_map(|l| l.split_once(Self::LOG_PREFIX))?;
+        serde_json::from_str(json).ok()
     }
 
     /// Counts an error and logs the first 20: a misconfigured node would otherwise flood
