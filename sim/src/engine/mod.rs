@@ -13,13 +13,16 @@
 //! edge's arrival process, `request` a request's life from arrival to response
 //! (activations, fan-out, joins), `node` tasks on nodes (delivery, gates, the
 //! policy's CPU assignment, completions, noise), `late` the `reject_late`
-//! admission check and `lone` the lone-request fast path.
+//! admission check, `lone` the lone-request fast path, `prepare` the prepared
+//! path (requests drawn on a second thread) and `per_node` the per-node path
+//! (each one-core queue node run on its own).
 
 mod arrivals;
 mod event;
 mod late;
 mod lone;
 mod node;
+mod per_node;
 mod placement;
 mod prepare;
 mod request;
@@ -36,6 +39,7 @@ use self::arrivals::Arrivals;
 use self::event::{EvKind, Event, Source};
 use self::late::LateCheck;
 use self::node::{Cpu, Gate, Node, Task, NO_GATE};
+pub use self::per_node::per_node_path_applies;
 use self::placement::Placement;
 use self::prepare::Feed;
 pub use self::prepare::{prepared_path_applies, PREPARED_MIN_REQUESTS};
@@ -80,10 +84,11 @@ pub fn run(model: &Model) -> (Recorder, RunStats) {
 /// Which code path [`run_with`] takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
-    /// The lone-request path when [`lone_path_applies`]; else the prepared
-    /// path when [`prepared_path_applies`], the run has at least
-    /// [`PREPARED_MIN_REQUESTS`] requests and the machine a second CPU; else
-    /// the general one.
+    /// The lone-request path when [`lone_path_applies`]; else the per-node
+    /// path when [`per_node_path_applies`] (on two threads if the run has at
+    /// least [`PREPARED_MIN_REQUESTS`] requests and the machine a second CPU);
+    /// else the prepared path when [`prepared_path_applies`] and the run and
+    /// machine are that large; else the general one.
     Auto,
     /// Always the general path on one thread (chains, fork-join, DAGs, gates,
     /// network, noise).
@@ -91,20 +96,33 @@ pub enum Path {
     /// The prepared path whenever [`prepared_path_applies`], whatever the
     /// run's size (else the general one).
     Prepared,
+    /// The per-node path on two threads whenever [`per_node_path_applies`],
+    /// whatever the run's size (else as `Prepared`).
+    PerNode,
 }
 
 /// Like [`run`], choosing the code path. Every path gives identical results
 /// on every scenario it accepts (`sim/tests/lone_path.rs`, `sim/tests/prepared_path.rs`).
 pub fn run_with(model: &Model, path: Path) -> (Recorder, RunStats) {
+    let large = model.warmup + model.requests >= PREPARED_MIN_REQUESTS
+        && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    let per_node = match path {
+        Path::Auto => !lone_path_applies(model) && per_node_path_applies(model),
+        Path::PerNode => per_node_path_applies(model),
+        Path::General | Path::Prepared => false,
+    };
+    if per_node {
+        // `None`: a drawn request the path does not cover; the others take it.
+        if let Some(result) = per_node::run(model, large || path == Path::PerNode) {
+            return result;
+        }
+    }
     let engine = Engine::new(model);
     let prepared = prepared_path_applies(model)
         && match path {
-            Path::Auto => {
-                model.warmup + model.requests >= PREPARED_MIN_REQUESTS
-                    && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
-            }
+            Path::Auto => large,
             Path::General => false,
-            Path::Prepared => true,
+            Path::Prepared | Path::PerNode => true,
         };
     if path == Path::Auto && lone_path_applies(model) {
         engine.run_lone()

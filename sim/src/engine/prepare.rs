@@ -52,19 +52,19 @@ pub fn prepared_path_applies(m: &Model) -> bool {
 /// Requests `first_index..first_index + len()`, as struct of arrays.
 #[derive(Default)]
 pub(super) struct Chunk {
-    first_index: u64,
-    gat: Vec<Nanos>,
-    class: Vec<u8>,
-    fanout: Vec<u32>,
-    budget: Vec<Option<Nanos>>,
+    pub(super) first_index: u64,
+    pub(super) gat: Vec<Nanos>,
+    pub(super) class: Vec<u8>,
+    pub(super) fanout: Vec<u32>,
+    pub(super) budget: Vec<Option<Nanos>>,
     /// Request `j`'s tasks are `task_end[j - 1]..task_end[j]` (from 0 for `j = 0`).
-    task_end: Vec<u32>,
-    task_node: Vec<u32>,
-    task_demand: Vec<Nanos>,
+    pub(super) task_end: Vec<u32>,
+    pub(super) task_node: Vec<u32>,
+    pub(super) task_demand: Vec<Nanos>,
 }
 
 impl Chunk {
-    fn clear(&mut self, first_index: u64) {
+    pub(super) fn clear(&mut self, first_index: u64) {
         self.first_index = first_index;
         self.gat.clear();
         self.class.clear();
@@ -75,7 +75,7 @@ impl Chunk {
         self.task_demand.clear();
     }
 
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.gat.len()
     }
 }
@@ -83,35 +83,54 @@ impl Chunk {
 /// Draws the requests of a run in arrival order, as the engine's `on_arrival`,
 /// `pick_activation` and `send_activation` would.
 struct Producer<'m> {
+    arrivals: Arrivals,
+    draws: Draws<'m>,
+    now: Nanos,
+}
+
+/// Draws what a one-stage request draws from its own stream at its arrival.
+pub(super) struct Draws<'m> {
     m: &'m Model,
     stage: usize,
-    arrivals: Arrivals,
     request_key: u64,
     placement: Placement,
     chosen: Vec<u32>,
-    now: Nanos,
+}
+
+impl<'m> Draws<'m> {
+    pub(super) fn new(m: &'m Model, request_key: u64) -> Self {
+        Draws { m, stage: m.roots[0], request_key, placement: Placement::new(m), chosen: Vec::new() }
+    }
+
+    /// Appends request `index`'s class, fan-out, budget and tasks (node and
+    /// demand) to `c`, as the engine's `on_arrival`, `pick_activation` and
+    /// `send_activation` would draw them; not its arrival time.
+    #[inline]
+    pub(super) fn draw(&mut self, index: u64, c: &mut Chunk) {
+        let svc = &self.m.services[self.m.stages[self.stage].service];
+        let mut rng = CounterRng::stream(self.request_key, index);
+        let class = draw_class(self.m, &mut rng);
+        let (k, budget) = self.placement.pick(self.m, self.stage, class, &mut rng, &mut self.chosen);
+        let instances: &[u32] = if svc.instances == 1 { &[0] } else { &self.chosen };
+        for &inst in instances {
+            c.task_node.push((svc.first_node + inst as usize) as u32);
+            c.task_demand.push(task_demand(svc, inst, &mut rng));
+        }
+        c.class.push(class);
+        c.fanout.push(k);
+        c.budget.push(budget);
+        c.task_end.push(c.task_node.len() as u32);
+    }
 }
 
 impl Producer<'_> {
     fn fill(&mut self, c: &mut Chunk) {
-        let svc = &self.m.services[self.m.stages[self.stage].service];
         c.clear(self.arrivals.next_index);
         for _ in 0..CHUNK_REQUESTS {
             let index = self.arrivals.next_index;
             self.arrivals.next_index += 1;
-            let mut rng = CounterRng::stream(self.request_key, index);
-            let class = draw_class(self.m, &mut rng);
-            let (k, budget) = self.placement.pick(self.m, self.stage, class, &mut rng, &mut self.chosen);
-            let instances: &[u32] = if svc.instances == 1 { &[0] } else { &self.chosen };
-            for &inst in instances {
-                c.task_node.push((svc.first_node + inst as usize) as u32);
-                c.task_demand.push(task_demand(svc, inst, &mut rng));
-            }
+            self.draws.draw(index, c);
             c.gat.push(self.now);
-            c.class.push(class);
-            c.fanout.push(k);
-            c.budget.push(budget);
-            c.task_end.push(c.task_node.len() as u32);
             self.now += self.arrivals.next_gap();
         }
     }
@@ -171,15 +190,7 @@ impl Feed {
 /// Runs `engine` on the prepared path: a producer thread draws the requests.
 pub(super) fn run_prepared(mut engine: Engine<'_>) -> (crate::metrics::Recorder, super::RunStats) {
     let m = engine.m;
-    let producer = Producer {
-        m,
-        stage: m.roots[0],
-        arrivals: Arrivals::new(m),
-        request_key: engine.request_key,
-        placement: Placement::new(m),
-        chosen: Vec::new(),
-        now: 0,
-    };
+    let producer = Producer { arrivals: Arrivals::new(m), draws: Draws::new(m, engine.request_key), now: 0 };
     let (to_engine, from_producer) = sync_channel(CHUNKS_AHEAD);
     let (recycle, recycled) = channel();
     std::thread::scope(|s| {
