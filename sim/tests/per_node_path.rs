@@ -168,3 +168,16 @@ fanout = 2
     let chain = model_file("scenarios/tailclipper-chain-exp.toml", &Overrides::default());
     assert!(!engine::per_node_path_applies(&chain));
 }
+
+#[test]
+fn a_run_too_large_to_draw_up_front_streams_through_the_event_loop() {
+    // The path keeps every drawn task in memory; the TailGuard case's mean
+    // fan-out is 2.7, so 5 M queries would be ~14 M tasks and 7 M ~19 M.
+    let at = |requests: u64| {
+        let ov = Overrides { requests: Some(requests), warmup: Some(0), ..Default::default() };
+        engine::per_node_path_applies(&model_file(MASSTREE, &ov))
+    };
+    const { assert!(engine::PER_NODE_MAX_TASKS < 19e6 && engine::PER_NODE_MAX_TASKS > 14e6) };
+    assert!(at(5_000_000), "~14 M tasks fit");
+    assert!(!at(7_000_000), "~19 M tasks do not");
+}

@@ -39,7 +39,7 @@ use self::arrivals::Arrivals;
 use self::event::{EvKind, Event, Source};
 use self::late::LateCheck;
 use self::node::{Cpu, Gate, Node, Task, NO_GATE};
-pub use self::per_node::per_node_path_applies;
+pub use self::per_node::{per_node_path_applies, MAX_TASKS as PER_NODE_MAX_TASKS};
 use self::placement::Placement;
 use self::prepare::Feed;
 pub use self::prepare::{prepared_path_applies, PREPARED_MIN_REQUESTS};
@@ -102,7 +102,8 @@ pub enum Path {
 }
 
 /// Like [`run`], choosing the code path. Every path gives identical results
-/// on every scenario it accepts (`sim/tests/lone_path.rs`, `sim/tests/prepared_path.rs`).
+/// on every scenario it accepts (`sim/tests/lone_path.rs`, `sim/tests/prepared_path.rs`,
+/// `sim/tests/per_node_path.rs`).
 pub fn run_with(model: &Model, path: Path) -> (Recorder, RunStats) {
     let large = model.warmup + model.requests >= PREPARED_MIN_REQUESTS
         && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);

@@ -1,4 +1,5 @@
-//! The per-node path: every node's queue run on its own, one node after another.
+//! The per-node path: each node's queue brought up to date only when a task
+//! reaches it.
 //!
 //! When a request is one activation whose tasks all reach their nodes at its
 //! arrival (the prepared path's scenarios: no network, no continuation, no
@@ -6,10 +7,15 @@
 //! non-preemptive queue with no gate and no OS noise, what a node does depends
 //! only on the tasks sent to it: no node's schedule feeds back into another's.
 //! TailGuard's fan-out case is one. This path then draws the requests first
-//! (two threads, half of the requests each), sorts their tasks by node, runs each
-//! node's queue over its tasks in arrival order (two threads, half of the
-//! nodes each) and only then joins the tasks into requests. No event heap, no
-//! node timers, no task slab: a task is an index into columns.
+//! (two threads, half of the requests each) and hands their tasks to their
+//! nodes in arrival order; a node runs its completions up to a task's arrival
+//! (each starting the queue's next task) only when that task reaches it, and
+//! the queues are run dry after the last arrival. Then each request's response
+//! is its last task's completion. No event heap, no node timers, no task slab:
+//! a task is an index into columns, and the columns are read in order. (A
+//! first version ran each node over all of its tasks in turn, after sorting the
+//! tasks by node: fewer instructions, but the sort and the gathers it needed
+//! over a million tasks cost as much time as they saved.)
 //!
 //! Same results as the general path, to the event. The general path takes
 //! events in (time, sequence number) order, where an event's sequence number is
@@ -26,16 +32,16 @@
 
 use std::cmp::Ordering;
 
+use tailor_core::policy::NonPreemptive;
 use tailor_core::time::NEVER;
 use tailor_core::{AnyPolicy, Job, Nanos, Policy, PolicySpec};
 
 use super::arrivals::Arrivals;
-use super::node::Node;
 use super::prepare::{prepared_path_applies, Chunk, Draws};
 use super::{Engine, RunStats};
 use crate::key_order;
 use crate::metrics::Recorder;
-use crate::model::Model;
+use crate::model::{Fanout, Model};
 
 /// `prev` of a task that started at its own arrival (its node was idle).
 const AT_ARRIVAL: u32 = u32::MAX;
@@ -45,6 +51,7 @@ const AT_ARRIVAL: u32 = u32::MAX;
 pub fn per_node_path_applies(m: &Model) -> bool {
     prepared_path_applies(m)
         && m.requests > 0
+        && tasks_to_draw(m) <= MAX_TASKS
         && m.noise.is_none()
         && m.services.iter().all(|s| s.admit.is_none())
         && m.nodes.iter().all(|n| {
@@ -61,19 +68,40 @@ pub fn per_node_path_applies(m: &Model) -> bool {
         })
 }
 
+/// The most tasks the path draws up front (~30 bytes of columns each): a run
+/// expected to need more streams through the event loop instead.
+pub const MAX_TASKS: f64 = 16e6;
+
+/// The tasks of the requests a run draws first (with [`run`]'s extra).
+fn tasks_to_draw(m: &Model) -> f64 {
+    let measured_end = (m.warmup + m.requests) as usize;
+    (measured_end + extra_requests(measured_end)) as f64 * fanout_bound(m)
+}
+
+/// The root stage's largest mean fan-out over the classes.
+fn fanout_bound(m: &Model) -> f64 {
+    let stage = &m.stages[m.roots[0]];
+    stage.class_fanout.iter().chain([&stage.fanout]).map(Fanout::mean).fold(1.0, f64::max)
+}
+
+/// Requests arriving after the last measured one still delay it (an earlier
+/// deadline jumps the queue): how many the first attempt draws beyond it.
+fn extra_requests(measured_end: usize) -> usize {
+    (measured_end / 50).max(256)
+}
+
 /// Runs `m` ([`per_node_path_applies`] must hold) on the per-node path, with
 /// two threads if `parallel`. `None` when a drawn request is outside what the
 /// path reproduces (a fan-out of 0, tasks not matching the fan-out, a task of
 /// no demand): the caller then runs another path.
 pub(super) fn run(m: &Model, parallel: bool) -> Option<(Recorder, RunStats)> {
     let measured_end = (m.warmup + m.requests) as usize;
-    // Requests arriving after the last measured one still delay it (an earlier
-    // deadline jumps the queue), so draw some beyond it; if the run's last
-    // event comes after the first request not drawn, draw twice as many.
-    let mut extra = (measured_end / 50).max(256);
+    // If the run's last event comes after the first request not drawn (long
+    // queues), draw twice as many beyond the last measured one, within bounds.
+    let mut extra = extra_requests(measured_end);
     loop {
         let count = measured_end + extra;
-        if count >= AT_ARRIVAL as usize {
+        if count >= AT_ARRIVAL as usize || count as f64 * fanout_bound(m) > 2.0 * MAX_TASKS {
             return None;
         }
         match attempt(m, count, parallel)? {
@@ -86,96 +114,107 @@ pub(super) fn run(m: &Model, parallel: bool) -> Option<(Recorder, RunStats)> {
 /// One run over the first `count` requests: `Some(None)` if they were too few.
 fn attempt(m: &Model, count: usize, parallel: bool) -> Option<Option<(Recorder, RunStats)>> {
     let mut engine = Engine::new(m);
-    if !engine.nodes.iter().all(|n| n.cpus.len() == 1 && matches!(n.policy, AnyPolicy::Queue(_))) {
-        return None;
+    let mut queues: Vec<&mut NonPreemptive> = Vec::with_capacity(engine.nodes.len());
+    for node in engine.nodes.iter_mut() {
+        match &mut node.policy {
+            AnyPolicy::Queue(queue) if node.cpus.len() == 1 => queues.push(queue),
+            _ => return None,
+        }
     }
     let c = draw_requests(m, engine.request_key, count, parallel);
     let tasks = c.task_node.len();
     if tasks >= AT_ARRIVAL as usize {
         return None;
     }
-    // The tasks by node, in arrival order within each node (a counting sort),
-    // each with what its node needs, so that a node reads its tasks in a row.
-    let node_count = engine.nodes.len();
-    let mut node_start = vec![0u32; node_count + 1];
-    for &n in &c.task_node {
-        node_start[n as usize + 1] += 1;
-    }
-    for n in 0..node_count {
-        node_start[n + 1] += node_start[n];
-    }
-    let mut next_slot = node_start.clone();
-    let mut pos_of = vec![0u32; tasks];
-    let mut slots = vec![Slot::default(); tasks];
     let mut first = 0;
     for i in 0..count {
         let end = c.task_end[i] as usize;
         if c.fanout[i] == 0 || end - first != c.fanout[i] as usize {
             return None;
         }
-        let (arrival, deadline) = (c.gat[i], deadline(&c, i));
-        for t in first..end {
-            let demand = c.task_demand[t];
-            if demand == 0 || demand > u32::MAX as Nanos {
-                return None;
-            }
-            let n = c.task_node[t] as usize;
-            let p = next_slot[n];
-            next_slot[n] += 1;
-            pos_of[t] = p;
-            slots[p as usize] = Slot {
-                arrival,
-                deadline,
-                demand: demand as u32,
-                req: i as u32,
-                sub: (t - first) as u32,
-                class: c.class[i],
-            };
+        if c.task_demand[first..end].contains(&0) {
+            return None;
         }
         first = end;
     }
-    drop(next_slot);
 
-    // Each node's queue over its tasks; `done` and `prev` by position.
+    // The requests in arrival order, each task given to its node's queue; a
+    // node is brought up to a task's arrival (its completions until then, each
+    // starting the queue's next task) only when the task reaches it. What a
+    // node does depends only on the tasks it gets, in the order it gets them,
+    // which is the general path's order: the same calls to each queue.
     let mut done = vec![0 as Nanos; tasks];
     let mut prev = vec![0u32; tasks];
-    let split = if parallel { node_start.partition_point(|&s| (s as usize) < tasks / 2).min(node_count) } else { 0 };
-    let cols = Columns { gat: &c.gat, slots: &slots, node_start: &node_start };
-    {
-        let at = node_start[split] as usize;
-        let (nodes_a, nodes_b) = engine.nodes.split_at_mut(split);
-        let (done_a, done_b) = done.split_at_mut(at);
-        let (prev_a, prev_b) = prev.split_at_mut(at);
-        let a = NodeRange { nodes: nodes_a, first: 0, done: done_a, prev: prev_a };
-        let b = NodeRange { nodes: nodes_b, first: split, done: done_b, prev: prev_b };
-        if parallel {
-            std::thread::scope(|s| {
-                let other = s.spawn(|| cols.run_nodes(b));
-                cols.run_nodes(a);
-                other.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            });
-        } else {
-            cols.run_nodes(a);
-            cols.run_nodes(b);
+    let mut running = vec![AT_ARRIVAL; queues.len()];
+    let mut first = 0;
+    for i in 0..count {
+        let (arrival, deadline, class) = (c.gat[i], deadline(&c, i), c.class[i]);
+        let end = c.task_end[i] as usize;
+        for t in first..end {
+            let n = c.task_node[t] as usize;
+            let queue = &mut *queues[n];
+            loop {
+                let q = running[n];
+                if q == AT_ARRIVAL {
+                    break;
+                }
+                let at = done[q as usize];
+                if at > arrival
+                    || (at == arrival && {
+                        let chains = Chains { c: &c, done: &done, prev: &prev };
+                        chains.cmp(Ev::Done(q), Ev::Arrival(i as u32)) == Ordering::Greater
+                    })
+                {
+                    break;
+                }
+                queue.complete(at, q as u64);
+                running[n] = start_next(queue, at, q, &c.task_demand, &mut done, &mut prev);
+            }
+            queue.arrive(arrival, Job { id: t as u64, gat: arrival, deadline, class });
+            if running[n] == AT_ARRIVAL {
+                // The node was idle: the task starts at once.
+                debug_assert_eq!(queue.running()[0], Some(t as u64));
+                done[t] = arrival + c.task_demand[t];
+                prev[t] = AT_ARRIVAL;
+                running[n] = t as u32;
+            }
+        }
+        first = end;
+    }
+    // The rest of every queue, after the last arrival.
+    for (n, queue) in queues.iter_mut().enumerate() {
+        while running[n] != AT_ARRIVAL {
+            let q = running[n];
+            let at = done[q as usize];
+            queue.complete(at, q as u64);
+            running[n] = start_next(queue, at, q, &c.task_demand, &mut done, &mut prev);
         }
     }
-    let chains = Chains { cols: &cols, done: &done, prev: &prev, base: 0 };
+    drop(queues);
+    let chains = Chains { c: &c, done: &done, prev: &prev };
 
-    // Each measured request responds at its last task's completion.
+    // Each measured request responds at its last task's completion; one pass
+    // in request order gathers what its record needs.
     let measured = m.warmup as usize..(m.warmup + m.requests) as usize;
     let tasks_of = |i: usize| if i == 0 { 0 } else { c.task_end[i - 1] as usize }..c.task_end[i] as usize;
-    let resp: Vec<u32> = measured
+    let resp: Vec<Response> = measured
         .clone()
         .map(|i| {
-            let mut r = AT_ARRIVAL;
+            let mut r = Response { at: 0, task: AT_ARRIVAL, demand: 0, longest: 0 };
             for t in tasks_of(i) {
-                let p = pos_of[t];
-                if r == AT_ARRIVAL || done[p as usize] > done[r as usize] {
-                    r = p;
-                } else if done[p as usize] == done[r as usize]
-                    && chains.cmp(Ev::Done(p), Ev::Done(r)) == Ordering::Greater
+                let d = c.task_demand[t];
+                r.demand += d;
+                r.longest = r.longest.max(d);
+                // Two of its tasks that both started at its arrival complete in
+                // task order (common: the demands come from a table); else ask
+                // the chains.
+                if r.task == AT_ARRIVAL
+                    || done[t] > r.at
+                    || (done[t] == r.at
+                        && ((prev[t] == AT_ARRIVAL && prev[r.task as usize] == AT_ARRIVAL)
+                            || chains.cmp(Ev::Done(t as u32), Ev::Done(r.task)) == Ordering::Greater))
                 {
-                    r = p;
+                    (r.at, r.task) = (done[t], t as u32);
                 }
             }
             r
@@ -183,7 +222,7 @@ fn attempt(m: &Model, count: usize, parallel: bool) -> Option<Option<(Recorder, 
         .collect();
     let last = resp
         .iter()
-        .map(|&r| Ev::Done(r))
+        .map(|r| Ev::Done(r.task))
         .max_by(|&a, &b| chains.cmp(a, b))
         .expect("a run measures at least one request");
     let end = chains.time(last);
@@ -198,34 +237,33 @@ fn attempt(m: &Model, count: usize, parallel: bool) -> Option<Option<(Recorder, 
 
     let mut rec = std::mem::take(&mut engine.rec);
     // Records in response order: by time, then as the general path took them.
-    let mut order = key_order::sorted_indices(resp.len(), |j| done[resp[j] as usize]);
+    let mut order = key_order::sorted_indices(resp.len(), |j| resp[j].at);
     let mut from = 0;
     while from < order.len() {
-        let time = done[resp[order[from] as usize] as usize];
+        let time = resp[order[from] as usize].at;
         let mut to = from + 1;
-        while to < order.len() && done[resp[order[to] as usize] as usize] == time {
+        while to < order.len() && resp[order[to] as usize].at == time {
             to += 1;
         }
         if to - from > 1 {
-            order[from..to].sort_by(|&a, &b| chains.cmp(Ev::Done(resp[a as usize]), Ev::Done(resp[b as usize])));
+            order[from..to]
+                .sort_by(|&a, &b| chains.cmp(Ev::Done(resp[a as usize].task), Ev::Done(resp[b as usize].task)));
         }
         from = to;
     }
     for &j in &order {
         let i = measured.start + j as usize;
-        let (demand, longest) =
-            c.task_demand[tasks_of(i)].iter().fold((0, 0), |(sum, max): (Nanos, Nanos), &d| (sum + d, max.max(d)));
-        let gat = c.gat[i];
-        rec.record(gat, done[resp[j as usize] as usize], gat + longest, c.class[i], c.fanout[i], demand);
+        let (r, gat) = (&resp[j as usize], c.gat[i]);
+        rec.record(gat, r.at, gat + r.longest, c.class[i], c.fanout[i], r.demand);
     }
     rec.admitted = m.requests;
     for i in measured.clone() {
+        let deadline = deadline(&c, i);
         for t in tasks_of(i) {
-            let p = pos_of[t] as usize;
-            let start = done[p] - c.task_demand[t];
-            let started = start < end || (start == end && not_after(chains.started_by(p)));
+            let start = done[t] - c.task_demand[t];
+            let started = start < end || (start == end && not_after(chains.started_by(t)));
             if started {
-                rec.task_dequeued(start > slots[p].deadline);
+                rec.task_dequeued(start > deadline);
             }
         }
     }
@@ -235,8 +273,8 @@ fn attempt(m: &Model, count: usize, parallel: bool) -> Option<Option<(Recorder, 
         arrivals += 1;
     }
     let mut completions = 0u64;
-    for (p, &d) in done.iter().enumerate() {
-        completions += (d < end || (d == end && not_after(Ev::Done(p as u32)))) as u64;
+    for (t, &d) in done.iter().enumerate() {
+        completions += (d < end || (d == end && not_after(Ev::Done(t as u32)))) as u64;
     }
     let stats = RunStats {
         events: arrivals as u64 + completions,
@@ -247,6 +285,29 @@ fn attempt(m: &Model, count: usize, parallel: bool) -> Option<Option<(Recorder, 
     Some(Some((rec, stats)))
 }
 
+/// A measured request's response: when, by which task, and its demand.
+struct Response {
+    at: Nanos,
+    task: u32,
+    demand: Nanos,
+    longest: Nanos,
+}
+
+/// After task `q` completed at `at` on `queue`'s node: the task the queue
+/// starts next (its completion and what started it noted), or `AT_ARRIVAL`.
+#[inline]
+fn start_next(queue: &NonPreemptive, at: Nanos, q: u32, demand: &[Nanos], done: &mut [Nanos], prev: &mut [u32]) -> u32 {
+    match queue.running()[0] {
+        Some(next) => {
+            let next = next as usize;
+            done[next] = at + demand[next];
+            prev[next] = q;
+            next as u32
+        }
+        None => AT_ARRIVAL,
+    }
+}
+
 /// Request `i`'s deadline, as the general path takes it at its arrival.
 #[inline]
 fn deadline(c: &Chunk, i: usize) -> Nanos {
@@ -254,19 +315,6 @@ fn deadline(c: &Chunk, i: usize) -> Nanos {
         Some(b) => c.gat[i].saturating_add(b),
         None => NEVER,
     }
-}
-
-/// A task as its node sees it (32 bytes, so that a node reads its tasks in a row).
-#[derive(Clone, Copy, Default)]
-struct Slot {
-    arrival: Nanos,
-    deadline: Nanos,
-    demand: u32,
-    /// Its request.
-    req: u32,
-    /// Its place among its request's tasks.
-    sub: u32,
-    class: u8,
 }
 
 /// Requests `0..count` as the prepared path's producer draws them, in one
@@ -316,84 +364,6 @@ fn draw_requests(m: &Model, request_key: u64, count: usize, parallel: bool) -> C
     c
 }
 
-/// The drawn requests' arrival times and the tasks by node, read by every node.
-struct Columns<'a> {
-    /// Arrival time of each request (one past the last drawn).
-    gat: &'a [Nanos],
-    /// The tasks by node, in arrival order within each node; a task's
-    /// position here is its index in `done` and `prev`.
-    slots: &'a [Slot],
-    /// Node `n`'s tasks are at positions `node_start[n]..node_start[n + 1]`.
-    node_start: &'a [u32],
-}
-
-/// Some consecutive nodes and the columns of their tasks' positions.
-struct NodeRange<'a> {
-    nodes: &'a mut [Node],
-    /// Index of `nodes[0]`.
-    first: usize,
-    /// When the task at each position completes.
-    done: &'a mut [Nanos],
-    /// The position of the task whose completion started it, or `AT_ARRIVAL`.
-    prev: &'a mut [u32],
-}
-
-impl Columns<'_> {
-    /// Runs each node of `r` over its tasks: the calls the general path makes
-    /// to the node's queue, in the same order.
-    fn run_nodes(&self, r: NodeRange<'_>) {
-        let base = self.node_start[r.first] as usize;
-        for (k, node) in r.nodes.iter_mut().enumerate() {
-            let AnyPolicy::Queue(queue) = &mut node.policy else { unreachable!("checked before the run") };
-            let positions = self.node_start[r.first + k] as usize..self.node_start[r.first + k + 1] as usize;
-            // The running task's position (one core).
-            let mut running: Option<usize> = None;
-            for p in positions {
-                let s = self.slots[p];
-                // Completions before this arrival, each starting the queue's next task.
-                while let Some(q) = running {
-                    let at = r.done[q - base];
-                    if at > s.arrival {
-                        break;
-                    }
-                    if at == s.arrival {
-                        let chains = Chains { cols: self, done: &*r.done, prev: &*r.prev, base };
-                        if chains.cmp(Ev::Done(q as u32), Ev::Arrival(s.req)) == Ordering::Greater {
-                            break;
-                        }
-                    }
-                    queue.complete(at, q as u64);
-                    running = queue.running()[0].map(|next| {
-                        let next = next as usize;
-                        r.done[next - base] = at + self.slots[next].demand as Nanos;
-                        r.prev[next - base] = q as u32;
-                        next
-                    });
-                }
-                queue.arrive(s.arrival, Job { id: p as u64, gat: s.arrival, deadline: s.deadline, class: s.class });
-                if running.is_none() {
-                    // The node was idle: the task starts at once.
-                    debug_assert_eq!(queue.running()[0], Some(p as u64));
-                    r.done[p - base] = s.arrival + s.demand as Nanos;
-                    r.prev[p - base] = AT_ARRIVAL;
-                    running = Some(p);
-                }
-            }
-            // The rest of the queue, after the last arrival.
-            while let Some(q) = running {
-                let at = r.done[q - base];
-                queue.complete(at, q as u64);
-                running = queue.running()[0].map(|next| {
-                    let next = next as usize;
-                    r.done[next - base] = at + self.slots[next].demand as Nanos;
-                    r.prev[next - base] = q as u32;
-                    next
-                });
-            }
-        }
-    }
-}
-
 /// An event of the general path: the start of the run, request `i`'s arrival,
 /// or the completion of the task at a position (`Columns::slots`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -404,12 +374,11 @@ enum Ev {
 }
 
 /// The general path's event order, from the tasks' completions and the
-/// events that started them (positions from `base` on).
+/// events that started them.
 struct Chains<'a> {
-    cols: &'a Columns<'a>,
+    c: &'a Chunk,
     done: &'a [Nanos],
     prev: &'a [u32],
-    base: usize,
 }
 
 impl Chains<'_> {
@@ -417,14 +386,14 @@ impl Chains<'_> {
     fn time(&self, e: Ev) -> Nanos {
         match e {
             Ev::Root => 0,
-            Ev::Arrival(i) => self.cols.gat[i as usize],
-            Ev::Done(p) => self.done[p as usize - self.base],
+            Ev::Arrival(i) => self.c.gat[i as usize],
+            Ev::Done(t) => self.done[t as usize],
         }
     }
 
-    /// The event that started the task at position `p`.
-    fn started_by(&self, p: usize) -> Ev {
-        self.parent(Ev::Done(p as u32)).0
+    /// The event that started task `t`.
+    fn started_by(&self, t: usize) -> Ev {
+        self.parent(Ev::Done(t as u32)).0
     }
 
     /// The event that scheduled `e`, and `e`'s place among what it scheduled.
@@ -434,11 +403,12 @@ impl Chains<'_> {
             Ev::Arrival(0) => (Ev::Root, 0),
             // An arrival schedules the next one before it sends its tasks.
             Ev::Arrival(i) => (Ev::Arrival(i - 1), 0),
-            Ev::Done(p) => match self.prev[p as usize - self.base] {
+            Ev::Done(t) => match self.prev[t as usize] {
                 AT_ARRIVAL => {
                     // Tasks are sent in order, each starting at once on an idle node.
-                    let s = &self.cols.slots[p as usize];
-                    (Ev::Arrival(s.req), 1 + s.sub)
+                    let req = self.c.task_end.partition_point(|&e| e <= t);
+                    let first = if req == 0 { 0 } else { self.c.task_end[req - 1] };
+                    (Ev::Arrival(req as u32), 1 + t - first)
                 }
                 q => (Ev::Done(q), 1),
             },
