@@ -95,24 +95,6 @@ fn extra_requests(measured_end: usize) -> usize {
 /// path reproduces (a fan-out of 0, tasks not matching the fan-out, a task of
 /// no demand): the caller then runs another path.
 pub(super) fn run(m: &Model, parallel: bool) -> Option<(Recorder, RunStats)> {
-    let measured_end = (m.warmup + m.requests) as usize;
-    // If the run's last event comes after the first request not drawn (long
-    // queues), draw twice as many beyond the last measured one, within bounds.
-    let mut extra = extra_requests(measured_end);
-    loop {
-        let count = measured_end + extra;
-        if count >= AT_ARRIVAL as usize || count as f64 * fanout_bound(m) > 2.0 * MAX_TASKS {
-            return None;
-        }
-        match attempt(m, count, parallel)? {
-            Some(result) => return Some(result),
-            None => extra *= 2,
-        }
-    }
-}
-
-/// One run over the first `count` requests: `Some(None)` if they were too few.
-fn attempt(m: &Model, count: usize, parallel: bool) -> Option<Option<(Recorder, RunStats)>> {
     let mut engine = Engine::new(m);
     let mut queues: Vec<&mut NonPreemptive> = Vec::with_capacity(engine.nodes.len());
     for node in engine.nodes.iter_mut() {
@@ -121,34 +103,84 @@ fn attempt(m: &Model, count: usize, parallel: bool) -> Option<Option<(Recorder, 
             _ => return None,
         }
     }
-    let c = draw_requests(m, engine.request_key, count, parallel);
-    let tasks = c.task_node.len();
-    if tasks >= AT_ARRIVAL as usize {
-        return None;
-    }
-    let mut first = 0;
-    for i in 0..count {
-        let end = c.task_end[i] as usize;
-        if c.fanout[i] == 0 || end - first != c.fanout[i] as usize {
+    let measured_end = (m.warmup + m.requests) as usize;
+    let mut count = measured_end + extra_requests(measured_end);
+    let mut c = Chunk::default();
+    let mut done: Vec<Nanos> = Vec::new();
+    let mut prev: Vec<u32> = Vec::new();
+    let mut running = vec![AT_ARRIVAL; queues.len()];
+    let mut fed = 0;
+    loop {
+        if count >= AT_ARRIVAL as usize || count as f64 * fanout_bound(m) > 2.0 * MAX_TASKS {
             return None;
         }
-        if c.task_demand[first..end].contains(&0) {
+        draw_more(&mut c, m, engine.request_key, fed, count, parallel);
+        c.gat = arrival_times(m, count);
+        if !covered(&c, fed..count) {
             return None;
+        }
+        let tasks = c.task_node.len();
+        if tasks >= AT_ARRIVAL as usize {
+            return None;
+        }
+        done.resize(tasks, 0);
+        prev.resize(tasks, 0);
+        feed(&c, fed..count, &mut queues, &mut running, &mut done, &mut prev);
+        fed = count;
+        // The rest of every queue after the last arrival, run on copies so
+        // that more requests can follow if these were too few.
+        let mut dry: Vec<NonPreemptive> = queues.iter().map(|q| (**q).clone()).collect();
+        let mut dry_running = running.clone();
+        for (n, queue) in dry.iter_mut().enumerate() {
+            while dry_running[n] != AT_ARRIVAL {
+                let q = dry_running[n];
+                let at = done[q as usize];
+                queue.complete(at, q as u64);
+                dry_running[n] = start_next(queue, at, q, &c.task_demand, &mut done, &mut prev);
+            }
+        }
+        match finish(m, &mut engine.rec, &c, count, &done, &prev) {
+            Ok(stats) => return Some((std::mem::take(&mut engine.rec), stats)),
+            // Under long queues (a load near or above capacity) the run's last
+            // event can come after the first request not drawn: then on with
+            // the requests that arrive by then, by the drawn ones' rate, and a
+            // quarter more. (A task the copies started starts again, later,
+            // among the requests that follow; what was running stays.)
+            Err(arrived_by_end) => count = arrived_by_end + arrived_by_end / 4 + extra_requests(measured_end),
+        }
+    }
+}
+
+/// Whether the path reproduces requests `range` of `c`: a fan-out of at least
+/// one, one task per fan-out, every task of some demand.
+fn covered(c: &Chunk, range: std::ops::Range<usize>) -> bool {
+    let mut first = if range.start == 0 { 0 } else { c.task_end[range.start - 1] as usize };
+    for i in range {
+        let end = c.task_end[i] as usize;
+        if c.fanout[i] == 0 || end - first != c.fanout[i] as usize || c.task_demand[first..end].contains(&0) {
+            return false;
         }
         first = end;
     }
+    true
+}
 
-    // The requests in arrival order, each task given to its node's queue; a
-    // node is brought up to a task's arrival (its completions until then, each
-    // starting the queue's next task) only when the task reaches it. What a
-    // node does depends only on the tasks it gets, in the order it gets them,
-    // which is the general path's order: the same calls to each queue.
-    let mut done = vec![0 as Nanos; tasks];
-    let mut prev = vec![0u32; tasks];
-    let mut running = vec![AT_ARRIVAL; queues.len()];
-    let mut first = 0;
-    for i in 0..count {
-        let (arrival, deadline, class) = (c.gat[i], deadline(&c, i), c.class[i]);
+/// Hands requests `range` to their nodes in arrival order, each task to its
+/// node's queue; a node is brought up to a task's arrival (its completions
+/// until then, each starting the queue's next task) only when the task reaches
+/// it. What a node does depends only on the tasks it gets, in the order it gets
+/// them, which is the general path's order: the same calls to each queue.
+fn feed(
+    c: &Chunk,
+    range: std::ops::Range<usize>,
+    queues: &mut [&mut NonPreemptive],
+    running: &mut [u32],
+    done: &mut [Nanos],
+    prev: &mut [u32],
+) {
+    let mut first = if range.start == 0 { 0 } else { c.task_end[range.start - 1] as usize };
+    for i in range {
+        let (arrival, deadline, class) = (c.gat[i], deadline(c, i), c.class[i]);
         let end = c.task_end[i] as usize;
         for t in first..end {
             let n = c.task_node[t] as usize;
@@ -161,14 +193,14 @@ fn attempt(m: &Model, count: usize, parallel: bool) -> Option<Option<(Recorder, 
                 let at = done[q as usize];
                 if at > arrival
                     || (at == arrival && {
-                        let chains = Chains { c: &c, done: &done, prev: &prev };
+                        let chains = Chains { c, done, prev };
                         chains.cmp(Ev::Done(q), Ev::Arrival(i as u32)) == Ordering::Greater
                     })
                 {
                     break;
                 }
                 queue.complete(at, q as u64);
-                running[n] = start_next(queue, at, q, &c.task_demand, &mut done, &mut prev);
+                running[n] = start_next(queue, at, q, &c.task_demand, done, prev);
             }
             queue.arrive(arrival, Job { id: t as u64, gat: arrival, deadline, class });
             if running[n] == AT_ARRIVAL {
@@ -181,17 +213,21 @@ fn attempt(m: &Model, count: usize, parallel: bool) -> Option<Option<(Recorder, 
         }
         first = end;
     }
-    // The rest of every queue, after the last arrival.
-    for (n, queue) in queues.iter_mut().enumerate() {
-        while running[n] != AT_ARRIVAL {
-            let q = running[n];
-            let at = done[q as usize];
-            queue.complete(at, q as u64);
-            running[n] = start_next(queue, at, q, &c.task_demand, &mut done, &mut prev);
-        }
-    }
-    drop(queues);
-    let chains = Chains { c: &c, done: &done, prev: &prev };
+}
+
+/// The run's records (into `rec`) and counters, from the first `count`
+/// requests of `c` with every task's completion known; `Err` with about how
+/// many requests arrive by the run's end when the first request not drawn may
+/// come before it.
+fn finish(
+    m: &Model,
+    rec: &mut Recorder,
+    c: &Chunk,
+    count: usize,
+    done: &[Nanos],
+    prev: &[u32],
+) -> Result<RunStats, usize> {
+    let chains = Chains { c, done, prev };
 
     // Each measured request responds at its last task's completion; one pass
     // in request order gathers what its record needs.
@@ -227,7 +263,8 @@ fn attempt(m: &Model, count: usize, parallel: bool) -> Option<Option<(Recorder, 
         .expect("a run measures at least one request");
     let end = chains.time(last);
     if c.gat[count] <= end {
-        return Some(None); // the first request not drawn may come before the end
+        // The first request not drawn may come before the end.
+        return Err((count as f64 * end as f64 / c.gat[count].max(1) as f64).ceil() as usize);
     }
     // The general path stops after the event `last`: what it had processed by then.
     let not_after = |e: Ev| {
@@ -235,7 +272,6 @@ fn attempt(m: &Model, count: usize, parallel: bool) -> Option<Option<(Recorder, 
         t < end || (t == end && chains.cmp(e, last) != Ordering::Greater)
     };
 
-    let mut rec = std::mem::take(&mut engine.rec);
     // Records in response order: by time, then as the general path took them.
     let mut order = key_order::sorted_indices(resp.len(), |j| resp[j].at);
     let mut from = 0;
@@ -258,7 +294,7 @@ fn attempt(m: &Model, count: usize, parallel: bool) -> Option<Option<(Recorder, 
     }
     rec.admitted = m.requests;
     for i in measured.clone() {
-        let deadline = deadline(&c, i);
+        let deadline = deadline(c, i);
         for t in tasks_of(i) {
             let start = done[t] - c.task_demand[t];
             let started = start < end || (start == end && not_after(chains.started_by(t)));
@@ -282,7 +318,7 @@ fn attempt(m: &Model, count: usize, parallel: bool) -> Option<Option<(Recorder, 
         end_time: end,
         ..RunStats::default()
     };
-    Some(Some((rec, stats)))
+    Ok(stats)
 }
 
 /// A measured request's response: when, by which task, and its demand.
@@ -317,55 +353,55 @@ fn deadline(c: &Chunk, i: usize) -> Nanos {
     }
 }
 
-/// Requests `0..count` as the prepared path's producer draws them, in one
-/// chunk whose `gat` holds `count + 1` arrival times (one past the last
-/// request, to tell whether it arrives before the run's end).
-fn draw_requests(m: &Model, request_key: u64, count: usize, parallel: bool) -> Chunk {
+/// Appends requests `from..to` to `c` as the prepared path's producer draws
+/// them (two threads, half of them each, if `parallel`), all but their arrival
+/// times ([`arrival_times`]).
+fn draw_more(c: &mut Chunk, m: &Model, request_key: u64, from: usize, to: usize, parallel: bool) {
     let draw = |from: usize, to: usize| {
         let mut draws = Draws::new(m, request_key);
-        let mut c = Chunk::default();
-        c.clear(from as u64);
+        let mut part = Chunk::default();
+        part.clear(from as u64);
         for i in from..to {
-            draws.draw(i as u64, &mut c);
+            draws.draw(i as u64, &mut part);
         }
-        c
+        part
     };
-    let arrival_times = || {
-        let mut arrivals = Arrivals::new(m);
-        let mut now = 0;
-        let mut gat = Vec::with_capacity(count + 1);
-        for _ in 0..=count {
-            gat.push(now);
-            now += arrivals.next_gap();
-        }
-        gat
-    };
-    let half = if parallel { count / 2 } else { count };
-    let (mut c, rest) = if parallel {
+    let half = if parallel { from + (to - from) / 2 } else { to };
+    let parts = if parallel {
         std::thread::scope(|s| {
-            let rest = s.spawn(|| draw(half, count));
-            let gat = arrival_times();
-            let mut c = draw(0, half);
-            c.gat = gat;
-            (c, rest.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            let second = s.spawn(|| draw(half, to));
+            let first = draw(from, half);
+            [first, second.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))]
         })
     } else {
-        let mut c = draw(0, count);
-        c.gat = arrival_times();
-        (c, Chunk::default())
+        [draw(from, to), Chunk::default()]
     };
-    let offset = c.task_node.len() as u32;
-    c.class.extend_from_slice(&rest.class);
-    c.fanout.extend_from_slice(&rest.fanout);
-    c.budget.extend_from_slice(&rest.budget);
-    c.task_end.extend(rest.task_end.iter().map(|&e| e + offset));
-    c.task_node.extend_from_slice(&rest.task_node);
-    c.task_demand.extend_from_slice(&rest.task_demand);
-    c
+    for part in parts {
+        let offset = c.task_node.len() as u32;
+        c.class.extend_from_slice(&part.class);
+        c.fanout.extend_from_slice(&part.fanout);
+        c.budget.extend_from_slice(&part.budget);
+        c.task_end.extend(part.task_end.iter().map(|&e| e + offset));
+        c.task_node.extend_from_slice(&part.task_node);
+        c.task_demand.extend_from_slice(&part.task_demand);
+    }
+}
+
+/// The arrival times of requests `0..=count` (one past the last drawn, to
+/// tell whether it arrives before the run's end).
+fn arrival_times(m: &Model, count: usize) -> Vec<Nanos> {
+    let mut arrivals = Arrivals::new(m);
+    let mut now = 0;
+    let mut gat = Vec::with_capacity(count + 1);
+    for _ in 0..=count {
+        gat.push(now);
+        now += arrivals.next_gap();
+    }
+    gat
 }
 
 /// An event of the general path: the start of the run, request `i`'s arrival,
-/// or the completion of the task at a position (`Columns::slots`).
+/// or task `t`'s completion.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Ev {
     Root,
