@@ -377,6 +377,10 @@ fn draw_more(c: &mut Chunk, m: &Model, request_key: u64, from: usize, to: usize,
         [draw(from, to), Chunk::default()]
     };
     for part in parts {
+        if c.task_node.is_empty() && c.task_end.is_empty() {
+            *c = part; // the first part as it is: no copy
+            continue;
+        }
         let offset = c.task_node.len() as u32;
         c.class.extend_from_slice(&part.class);
         c.fanout.extend_from_slice(&part.fanout);
