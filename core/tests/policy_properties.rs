@@ -296,16 +296,9 @@ impl Driver {
             .collect();
         let waiting: Vec<JobId> = self.runnable.keys().copied().filter(|id| !distinct.contains(id)).collect();
 
-        let non_preemptive = matches!(
-            self.spec,
-            PolicySpec::Fifo
-                | PolicySpec::Lifo
-                | PolicySpec::Gfifo
-                | PolicySpec::Edf
-                | PolicySpec::Priq
-                | PolicySpec::Random { .. }
-        );
-        if non_preemptive {
+        // What the simulator's fast paths rely on (they run these without ticks
+        // or preemption): every policy that claims it behaves so.
+        if self.spec.is_non_preemptive_queue() {
             self.check_non_preemptive(&run, &dispatched, &waiting);
         }
         if matches!(self.spec, PolicySpec::Orf { .. } | PolicySpec::OrfAdaptive { .. }) {

@@ -261,6 +261,21 @@ impl PolicySpec {
         }
     }
 
+    /// A non-preemptive queue ([`NonPreemptive`]): a started job runs to its end,
+    /// the waiting ones in the discipline's order. The simulator's fast paths
+    /// cover these.
+    pub fn is_non_preemptive_queue(&self) -> bool {
+        matches!(
+            self,
+            PolicySpec::Fifo
+                | PolicySpec::Gfifo
+                | PolicySpec::Edf
+                | PolicySpec::Priq
+                | PolicySpec::Lifo
+                | PolicySpec::Random { .. }
+        )
+    }
+
     /// Checks the parameters without building anything.
     pub fn validate(&self) -> Result<(), PolicyError> {
         self.build(1, 0).map(|_| ())

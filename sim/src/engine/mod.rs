@@ -33,7 +33,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use tailor_core::rng::RandomSource;
 use tailor_core::tailguard::{AdmissionController, AdmissionPhase};
 use tailor_core::time::NEVER;
-use tailor_core::{AnyPolicy, Nanos, PolicySpec, Rng};
+use tailor_core::{AnyPolicy, Nanos, Rng};
 
 use self::arrivals::Arrivals;
 use self::event::{EvKind, Event, Source};
@@ -146,16 +146,7 @@ pub fn lone_path_applies(m: &Model) -> bool {
     let [stage] = m.roots[..] else { return false };
     let st = &m.stages[stage];
     let svc = &m.services[st.service];
-    let queue = m.nodes.len() == 1
-        && matches!(
-            m.nodes[0].policy,
-            PolicySpec::Fifo
-                | PolicySpec::Gfifo
-                | PolicySpec::Edf
-                | PolicySpec::Priq
-                | PolicySpec::Lifo
-                | PolicySpec::Random { .. }
-        );
+    let queue = m.nodes.len() == 1 && m.nodes[0].policy.is_non_preemptive_queue();
     queue
         && st.next.is_empty()
         && st.choose.is_empty()

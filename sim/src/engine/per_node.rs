@@ -34,7 +34,7 @@ use std::cmp::Ordering;
 
 use tailor_core::policy::NonPreemptive;
 use tailor_core::time::NEVER;
-use tailor_core::{AnyPolicy, Job, Nanos, Policy, PolicySpec};
+use tailor_core::{AnyPolicy, Job, Nanos, Policy};
 
 use super::arrivals::Arrivals;
 use super::prepare::{prepared_path_applies, Chunk, Draws};
@@ -54,18 +54,7 @@ pub fn per_node_path_applies(m: &Model) -> bool {
         && tasks_to_draw(m) <= MAX_TASKS
         && m.noise.is_none()
         && m.services.iter().all(|s| s.admit.is_none())
-        && m.nodes.iter().all(|n| {
-            n.cores == 1
-                && matches!(
-                    n.policy,
-                    PolicySpec::Fifo
-                        | PolicySpec::Gfifo
-                        | PolicySpec::Edf
-                        | PolicySpec::Priq
-                        | PolicySpec::Lifo
-                        | PolicySpec::Random { .. }
-                )
-        })
+        && m.nodes.iter().all(|n| n.cores == 1 && n.policy.is_non_preemptive_queue())
 }
 
 /// The most tasks the path draws up front (~30 bytes of columns each): a run
