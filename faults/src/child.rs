@@ -61,7 +61,8 @@ pub fn agent(args: &Args) -> Result<(), String> {
     };
     let report = kernel::run_agent(&cfg, kernel::stop_on_signals()).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_file(&cfg.table);
-    eprintln!("tailor-faults agent: stopped; {report:?}");
+    // The same JSON line as `tailor agent` (AgentReport::from_log reads it).
+    eprintln!("{}", report.log_line());
     Ok(())
 }
 

@@ -236,6 +236,7 @@ fn run_agent(a: AgentArgs) -> Result<(), String> {
     kernel::preflight().map_err(|e| e.to_string())?;
     let report = kernel::run_agent(&cfg, kernel::stop_on_signals()).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_file(&cfg.table);
-    eprintln!("soak agent: stopped; {report:?}");
+    // The same JSON line as `tailor agent` (AgentReport::from_log reads it).
+    eprintln!("{}", report.log_line());
     Ok(())
 }
