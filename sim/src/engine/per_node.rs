@@ -143,15 +143,10 @@ pub(super) fn run(m: &Model, parallel: bool) -> Option<(Recorder, RunStats)> {
 /// Whether the path reproduces requests `range` of `c`: a fan-out of at least
 /// one, one task per fan-out, every task of some demand.
 fn covered(c: &Chunk, range: std::ops::Range<usize>) -> bool {
-    let mut first = if range.start == 0 { 0 } else { c.task_end[range.start - 1] as usize };
-    for i in range {
-        let end = c.task_end[i] as usize;
-        if c.fanout[i] == 0 || end - first != c.fanout[i] as usize || c.task_demand[first..end].contains(&0) {
-            return false;
-        }
-        first = end;
-    }
-    true
+    range.into_iter().all(|i| {
+        let tasks = c.tasks(i);
+        c.fanout[i] != 0 && tasks.len() == c.fanout[i] as usize && !c.task_demand[tasks].contains(&0)
+    })
 }
 
 /// Hands requests `range` to their nodes in arrival order, each task to its
@@ -167,11 +162,9 @@ fn feed(
     done: &mut [Nanos],
     prev: &mut [u32],
 ) {
-    let mut first = if range.start == 0 { 0 } else { c.task_end[range.start - 1] as usize };
     for i in range {
         let (arrival, deadline, class) = (c.gat[i], deadline(c, i), c.class[i]);
-        let end = c.task_end[i] as usize;
-        for t in first..end {
+        for t in c.tasks(i) {
             let n = c.task_node[t] as usize;
             let queue = &mut *queues[n];
             loop {
@@ -200,7 +193,6 @@ fn feed(
                 running[n] = t as u32;
             }
         }
-        first = end;
     }
 }
 
@@ -221,12 +213,11 @@ fn finish(
     // Each measured request responds at its last task's completion; one pass
     // in request order gathers what its record needs.
     let measured = m.warmup as usize..(m.warmup + m.requests) as usize;
-    let tasks_of = |i: usize| if i == 0 { 0 } else { c.task_end[i - 1] as usize }..c.task_end[i] as usize;
     let resp: Vec<Response> = measured
         .clone()
         .map(|i| {
             let mut r = Response { at: 0, task: AT_ARRIVAL, demand: 0, longest: 0 };
-            for t in tasks_of(i) {
+            for t in c.tasks(i) {
                 let d = c.task_demand[t];
                 r.demand += d;
                 r.longest = r.longest.max(d);
@@ -284,7 +275,7 @@ fn finish(
     rec.admitted = m.requests;
     for i in measured.clone() {
         let deadline = deadline(c, i);
-        for t in tasks_of(i) {
+        for t in c.tasks(i) {
             let start = done[t] - c.task_demand[t];
             let started = start < end || (start == end && not_after(chains.started_by(t)));
             if started {
@@ -436,8 +427,7 @@ impl Chains<'_> {
                 AT_ARRIVAL => {
                     // Tasks are sent in order, each starting at once on an idle node.
                     let req = self.c.task_end.partition_point(|&e| e <= t);
-                    let first = if req == 0 { 0 } else { self.c.task_end[req - 1] };
-                    (Ev::Arrival(req as u32), 1 + t - first)
+                    (Ev::Arrival(req as u32), 1 + t - self.c.tasks(req).start as u32)
                 }
                 q => (Ev::Done(q), 1),
             },

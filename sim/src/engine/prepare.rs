@@ -78,6 +78,13 @@ impl Chunk {
     pub(super) fn len(&self) -> usize {
         self.gat.len()
     }
+
+    /// Request `j`'s tasks: their indices in `task_node` and `task_demand`.
+    #[inline]
+    pub(super) fn tasks(&self, j: usize) -> std::ops::Range<usize> {
+        let first = if j == 0 { 0 } else { self.task_end[j - 1] as usize };
+        first..self.task_end[j] as usize
+    }
 }
 
 /// Draws the requests of a run in arrival order, as the engine's `on_arrival`,
@@ -226,7 +233,7 @@ impl Engine<'_> {
             Some(b) => self.now.saturating_add(b),
             None => NEVER,
         };
-        let tasks = if j == 0 { 0 } else { c.task_end[j - 1] as usize }..c.task_end[j] as usize;
+        let tasks = c.tasks(j);
         let (mut demand, mut longest) = (0, 0);
         for &d in &c.task_demand[tasks.clone()] {
             demand += d;
