@@ -20,7 +20,7 @@ use crate::cpuacct::{self, CpuUsage};
 use crate::hgrm::{histogram_us, percentile_distribution};
 use crate::loadgen::{self, LoadgenConfig, Plan};
 use crate::predict::{self, PredictSpec};
-use crate::record::{measured_latencies, records_csv, summarize, RunSummary};
+use crate::record::{measured_latencies, records_csv, summarize, upper_median, RunSummary};
 use crate::tier::TierStats;
 use crate::workload::Workload;
 
@@ -393,7 +393,7 @@ pub(crate) fn calibrate(cfg: &DemoConfig) -> Result<Calibration, DemoError> {
         p50s.push(summarize(&records, 20, cfg.tiers as u32, cfg.cores).latency_ms.p50 * 1e3);
     }
     drop(chain);
-    let (overhead_us, p50_us) = (median(&overheads), median(&p50s));
+    let (overhead_us, p50_us) = (upper_median(&overheads), upper_median(&p50s));
     let hops = (cfg.tiers + 1) as f64;
     Ok(Calibration {
         overhead_us,
@@ -402,12 +402,6 @@ pub(crate) fn calibrate(cfg: &DemoConfig) -> Result<Calibration, DemoError> {
         p50_us,
         rate_overhead_us: cfg.overhead_us.unwrap_or(overhead_us),
     })
-}
-
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 enum RunModeError {

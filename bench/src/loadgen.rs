@@ -111,7 +111,7 @@ pub fn run(plan: &Plan, cfg: &LoadgenConfig) -> Result<Vec<RequestRecord>, Loadg
 }
 
 /// One request on the pool; the response head once the whole body has arrived.
-async fn one_request(
+pub(crate) async fn one_request(
     client: Client<HttpConnector, Full<Bytes>>,
     request: Request<Full<Bytes>>,
 ) -> Result<http::response::Parts, Box<dyn std::error::Error + Send + Sync>> {
@@ -121,10 +121,10 @@ async fn one_request(
     Ok(parts)
 }
 
-type Answer = Result<http::response::Parts, Box<dyn std::error::Error + Send + Sync>>;
+pub(crate) type Answer = Result<http::response::Parts, Box<dyn std::error::Error + Send + Sync>>;
 
 /// The pacing core's record as the benchmark keeps it (status, GATs the tiers saw).
-fn to_record(sent: tailor_loadgen::Record<Answer>, demands_us: &[u32]) -> RequestRecord {
+pub(crate) fn to_record(sent: tailor_loadgen::Record<Answer>, demands_us: &[u32]) -> RequestRecord {
     let mut record = RequestRecord {
         id: sent.index as u64,
         intended_ns: sent.intended_ns,

@@ -205,6 +205,14 @@ pub fn summarize(records: &[RequestRecord], warmup: usize, tiers: u32, cpus: usi
 }
 
 /// Latencies (ns) of the measured OK requests, for the histogram.
+/// The upper median of a few per-run figures (the middle one; of an even count, the higher
+/// of the two middle ones, a value some run really had); NaN when there are none.
+pub fn upper_median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
 pub fn measured_latencies(records: &[RequestRecord], warmup: usize) -> Vec<Nanos> {
     records[warmup.min(records.len())..].iter().filter(|r| r.outcome == Outcome::Ok).map(|r| r.latency_ns()).collect()
 }

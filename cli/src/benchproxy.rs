@@ -1,6 +1,7 @@
-//! `tailor bench proxy`: Tailor's sidecar and edge against nginx and HAProxy (`--cost`) and
-//! sidecars in front of a 3-tier chain of plain Go and Python services (`--effect`); both
-//! when neither flag is given (docs/proxy.md, "Measured results").
+//! `tailor bench proxy`: Tailor's sidecar and edge against nginx and HAProxy (`--cost`),
+//! sidecars in front of a 3-tier chain of plain Go and Python services (`--effect`), and
+//! the sidecar's adaptive `c` against fixed ones on one plain service (`--limit`); all
+//! three when no flag is given (docs/results/proxy.md).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -8,6 +9,7 @@ use std::path::PathBuf;
 use clap::Args;
 use tailor_bench::proxybench::cost::{self, CostConfig};
 use tailor_bench::proxybench::effect::{self, EffectConfig, SidecarC, Sidecars};
+use tailor_bench::proxybench::limit::{self, LimitConfig, Profile};
 use tailor_bench::proxybench::Programs;
 use tailor_bench::workload::Workload;
 
@@ -24,10 +26,14 @@ pub struct BenchProxyArgs {
     /// Run the effect benchmark (the 3-tier chain with and without sidecars).
     #[arg(long)]
     effect: bool,
-    /// Output directory (report.md, cost.json, effect.json, plots, logs).
+    /// Run the limit benchmark (one plain service behind a sidecar: the adaptive `c`
+    /// against fixed ones).
+    #[arg(long)]
+    limit: bool,
+    /// Output directory (report.md, cost.json, effect.json, limit.json, plots, logs).
     #[arg(long, default_value = "target/tailor-bench-proxy")]
     out: PathBuf,
-    /// A short smoke run of both: fewer rates, seconds, loads, seeds and requests.
+    /// A short smoke run of each: fewer rates, seconds, loads, seeds and requests.
     #[arg(long)]
     quick: bool,
 
@@ -59,7 +65,7 @@ pub struct BenchProxyArgs {
     /// Effect: workloads, comma-separated (fixed, exp, lognormal, trimodal, bimodal).
     #[arg(long, value_delimiter = ',', default_value = "exp,trimodal", value_parser = parse_workload)]
     workload: Vec<Workload>,
-    /// Effect: seeds, comma-separated.
+    /// Effect and limit: seeds, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     seeds: Vec<u64>,
     /// Effect: chains, comma-separated: none (no sidecars), fifo, orf, orf-chain (orf whose
@@ -75,7 +81,7 @@ pub struct BenchProxyArgs {
     /// Effect: mean CPU demand per tier, ms (TailClipper's workloads scaled to it).
     #[arg(long, default_value_t = 2.0)]
     mean_ms: f64,
-    /// Effect: CPUs ρ is computed against (default: the CPUs this process may use).
+    /// Effect and limit: CPUs ρ is computed against (default: the CPUs this process may use).
     #[arg(long)]
     cores: Option<usize>,
     /// Effect: each sidecar's `c`: a count, or `adaptive` (left out of the sidecars'
@@ -91,12 +97,28 @@ pub struct BenchProxyArgs {
     /// Effect: worker processes of the Python tier.
     #[arg(long, default_value_t = 2)]
     python_workers: usize,
+
+    /// Limit: the sidecars compared, comma-separated: counts, and `adaptive` (`c` left out).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64,adaptive", value_parser = SidecarC::parse)]
+    limit_c: Vec<SidecarC>,
+    /// Limit: the service's profiles, comma-separated: cpu (1 ms of CPU per request), io
+    /// (0.5 ms of CPU, then 5 ms off it).
+    #[arg(long, value_delimiter = ',', default_value = "cpu,io", value_parser = Profile::parse)]
+    limit_profiles: Vec<Profile>,
+    /// Limit: loads ρ of the CPUs, comma-separated; above 1 is overload.
+    #[arg(long, value_delimiter = ',', default_value = "0.8,0.95,1.3")]
+    limit_loads: Vec<f64>,
+    /// Limit: seconds of arrivals per run (the first tenth not measured).
+    #[arg(long, default_value_t = 3.0)]
+    limit_seconds: f64,
 }
 
 pub fn main(mut args: BenchProxyArgs) -> Result<(), String> {
-    if !args.cost && !args.effect {
+    let cores = args.cores.unwrap_or_else(tailor_runtime::available_cpus);
+    if !args.cost && !args.effect && !args.limit {
         args.cost = true;
         args.effect = true;
+        args.limit = true;
     }
     if args.quick {
         args.rates = vec![1000.0, 3000.0];
@@ -108,6 +130,15 @@ pub fn main(mut args: BenchProxyArgs) -> Result<(), String> {
         args.seeds = vec![1];
         args.requests = 300;
         args.warmup = 30;
+        args.limit_c = vec![SidecarC::Fixed(1), SidecarC::Fixed(cores), SidecarC::Fixed(64), SidecarC::Adaptive];
+        args.limit_loads = vec![0.95];
+        args.limit_seconds = 1.0;
+    }
+    if let Some(bad) = args.limit_loads.iter().find(|&&l| !(l > 0.0 && l <= 4.0)) {
+        return Err(format!("--limit-loads: {bad} is not a load in (0, 4]; use e.g. 0.8,0.95,1.3"));
+    }
+    if !(args.limit_seconds > 0.0 && args.limit_seconds <= 600.0) {
+        return Err("--limit-seconds: must be in (0, 600], e.g. 3".into());
     }
     if let Some(bad) = args.loads.iter().find(|&&l| !(l > 0.0 && l < 1.0)) {
         return Err(format!("--loads: {bad} is not a utilization in (0, 1); use e.g. 0.5,0.7,0.85"));
@@ -159,7 +190,6 @@ pub fn main(mut args: BenchProxyArgs) -> Result<(), String> {
         json.insert("cost".into(), serde_json::to_value(&report).map_err(|e| e.to_string())?);
     }
     if args.effect {
-        let cores = args.cores.unwrap_or_else(tailor_runtime::available_cpus);
         let cfg = EffectConfig {
             cores,
             c: args.c.unwrap_or(SidecarC::Fixed(cores)),
@@ -197,6 +227,35 @@ pub fn main(mut args: BenchProxyArgs) -> Result<(), String> {
             let _ = writeln!(md, "![p99 vs load, {w}](effect-p99-{w}.svg)\n");
         }
         json.insert("effect".into(), serde_json::to_value(&report).map_err(|e| e.to_string())?);
+    }
+    if args.limit {
+        let cfg = LimitConfig {
+            cores,
+            cs: args.limit_c.clone(),
+            profiles: args.limit_profiles.clone(),
+            loads: args.limit_loads.clone(),
+            seeds: args.seeds.clone(),
+            seconds: args.limit_seconds,
+            out: args.out.clone(),
+        };
+        let report = limit::run(&programs, &cfg, &progress)?;
+        let _ = writeln!(
+            md,
+            "## Limit\n\nOne plain Go service behind a fresh sidecar per run (`order = \"orf\"`), {} CPUs, {} s of arrivals per run, seeds {:?}; deadlines: cpu {} ms, io {} ms; ρ counting {:.0} µs of CPU per request beyond the demand; load average {} before, {} after; {:.0} s.\n\n{}\n{}",
+            report.cores,
+            report.seconds,
+            cfg.seeds,
+            Profile::Cpu.deadline_ms(),
+            Profile::Io.deadline_ms(),
+            report.overhead_us,
+            report.load_average_before,
+            report.load_average_after,
+            report.wall_seconds,
+            limit::tables(&report),
+            limit::verdict(&report)
+        );
+        write(&args.out.join("limit.json"), &serde_json::to_string_pretty(&report).expect("serializes"))?;
+        json.insert("limit".into(), serde_json::to_value(&report).map_err(|e| e.to_string())?);
     }
     let path = args.out.join("report.md");
     write(&path, &md)?;

@@ -1,6 +1,8 @@
 // A plain net/http service for the proxy benchmark (docs/proxy.md): it knows nothing of
 // Tailor. Each request burns the CPU it asks for (value -index of the `tailor-demand-us`
-// header, µs; none without it) and, with -downstream, then calls the next tier forwarding
+// header, µs; none without it), then waits as long as value -index of `tailor-wait-us`
+// asks (µs off the CPU: a database or disk call; the limit benchmark's I/O-bound profile)
+// and, with -downstream, then calls the next tier forwarding
 // only what any OpenTelemetry-instrumented service forwards: the W3C `baggage` header
 // (plus the benchmark's demand header). The reply body is one line per tier, this tier's
 // first: `tier <index> seq <order this tier started serving it> baggage <baggage it got>`.
@@ -25,6 +27,7 @@ import (
 )
 
 const demandHeader = "tailor-demand-us"
+const waitHeader = "tailor-wait-us"
 
 // threadCPU is this OS thread's CPU time (clock_gettime(CLOCK_THREAD_CPUTIME_ID)).
 func threadCPU() time.Duration {
@@ -48,7 +51,12 @@ func burn(d time.Duration) {
 
 // demandOf is the -index'th value of the demand header, µs.
 func demandOf(r *http.Request, index int) time.Duration {
-	parts := strings.Split(r.Header.Get(demandHeader), ",")
+	return valueOf(r, demandHeader, index)
+}
+
+// valueOf is the -index'th value of a comma-separated header of µs (0 if absent or bad).
+func valueOf(r *http.Request, header string, index int) time.Duration {
+	parts := strings.Split(r.Header.Get(header), ",")
 	if index >= len(parts) {
 		return 0
 	}
@@ -75,6 +83,9 @@ func main() {
 			return
 		}
 		burn(demand)
+		if wait := valueOf(r, waitHeader, *index); wait > 0 {
+			time.Sleep(wait)
+		}
 		line := fmt.Sprintf("tier %d seq %d baggage %s\n", *index, n, r.Header.Get("baggage"))
 		if *downstream == "" {
 			io.WriteString(w, line)

@@ -9,12 +9,16 @@
 
 pub mod cost;
 pub mod effect;
+pub mod limit;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::polyglot::{start_member, stop_member, Member};
+use http::Uri;
+use serde::Serialize;
+
+use crate::polyglot::{http_get, start_member, stop_member, Member};
 
 /// The plain Go service (net/http, no Tailor): burns its tier's demand, calls the next tier
 /// forwarding `baggage`; with no demand header it answers `ok` (the cost benchmark's upstream).
@@ -149,4 +153,75 @@ pub fn load_average() -> String {
         .ok()
         .map(|t| t.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|| "unknown".into())
+}
+
+/// A gauge or counter from the /metrics of the admin listener at `admin` (`host:port`).
+pub fn metric(admin: &str, name: &str) -> Result<f64, String> {
+    let uri: Uri = format!("http://{admin}/metrics").parse().map_err(|e| format!("{e}"))?;
+    let (_, text) = http_get(&uri, "GET /metrics HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n")?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| format!("no `{name}` in the sidecar's /metrics"))
+}
+
+/// Runs `work` while sampling the concurrency limit and queue length of the sidecar whose
+/// admin listener is `admin` every 250 ms (no sampling without one).
+pub fn sampling_limit<T>(
+    admin: Option<&str>,
+    work: impl FnOnce() -> Result<T, String>,
+) -> Result<(T, Option<LimitSeen>), String> {
+    let Some(admin) = admin else { return Ok((work()?, None)) };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut seen = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let limit = metric(admin, "tailor_proxy_concurrency_limit");
+                let queue = metric(admin, "tailor_proxy_queue_length");
+                if let (Ok(l), Ok(q)) = (limit, queue) {
+                    seen.push((l, q));
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            seen
+        });
+        let out = work();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let seen = sampler.join().map_err(|_| "the limit sampler panicked".to_string())?;
+        Ok((out?, LimitSeen::of(&seen)))
+    })
+}
+
+/// A sidecar's limit and queue as sampled through a run.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct LimitSeen {
+    pub samples: usize,
+    pub mean: f64,
+    pub min: f64,
+    pub max: f64,
+    /// Mean requests waiting in the sidecar.
+    pub queue_mean: f64,
+}
+
+impl LimitSeen {
+    /// Over `(limit, queue)` samples; None without any.
+    pub fn of(samples: &[(f64, f64)]) -> Option<LimitSeen> {
+        if samples.is_empty() {
+            return None;
+        }
+        let n = samples.len() as f64;
+        Some(LimitSeen {
+            samples: samples.len(),
+            mean: samples.iter().map(|s| s.0).sum::<f64>() / n,
+            min: samples.iter().map(|s| s.0).fold(f64::INFINITY, f64::min),
+            max: samples.iter().map(|s| s.0).fold(f64::NEG_INFINITY, f64::max),
+            queue_mean: samples.iter().map(|s| s.1).sum::<f64>() / n,
+        })
+    }
+
+    /// The fixed `c` that models it: the mean limit, rounded, at least 1.
+    pub fn model_c(&self) -> usize {
+        (self.mean.round() as usize).max(1)
+    }
 }

@@ -19,7 +19,7 @@ use serde::Serialize;
 use tailor_core::{Nanos, PolicySpec, Progress};
 use tailor_sim::scenario::{AdmitOrder, AdmitSpec};
 
-use super::{load_average, Processes, Programs};
+use super::{load_average, sampling_limit, LimitSeen, Processes, Programs};
 use crate::cpuacct::{self, CpuUsage};
 use crate::demo::{plan_for, DemoConfig, Mode};
 use crate::loadgen::{self, LoadgenConfig, Plan};
@@ -280,14 +280,7 @@ impl ProxyChain {
 
     /// A gauge or counter of tier `tier`'s sidecar, from its /metrics.
     pub fn sidecar_metric(&self, tier: usize, name: &str) -> Result<f64, String> {
-        let admin: Uri = format!("http://{}/metrics", self.sidecar_admins.get(tier).ok_or("no sidecars")?)
-            .parse()
-            .map_err(|e| format!("{e}"))?;
-        let (_, text) = http_get(&admin, "GET /metrics HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n")?;
-        text.lines()
-            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
-            .and_then(|v| v.trim().parse().ok())
-            .ok_or_else(|| format!("no `{name}` in the sidecar's /metrics"))
+        super::metric(self.sidecar_admins.get(tier).ok_or("no sidecars")?, name)
     }
 }
 
@@ -401,39 +394,6 @@ pub struct EffectRun {
     pub predicted_error: Option<String>,
 }
 
-/// A sidecar's limit and queue as sampled through a run.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct LimitSeen {
-    pub samples: usize,
-    pub mean: f64,
-    pub min: f64,
-    pub max: f64,
-    /// Mean requests waiting in the sidecar.
-    pub queue_mean: f64,
-}
-
-impl LimitSeen {
-    /// Over `(limit, queue)` samples; None without any.
-    pub fn of(samples: &[(f64, f64)]) -> Option<LimitSeen> {
-        if samples.is_empty() {
-            return None;
-        }
-        let n = samples.len() as f64;
-        Some(LimitSeen {
-            samples: samples.len(),
-            mean: samples.iter().map(|s| s.0).sum::<f64>() / n,
-            min: samples.iter().map(|s| s.0).fold(f64::INFINITY, f64::min),
-            max: samples.iter().map(|s| s.0).fold(f64::NEG_INFINITY, f64::max),
-            queue_mean: samples.iter().map(|s| s.1).sum::<f64>() / n,
-        })
-    }
-
-    /// The fixed `c` that models it: the mean limit, rounded, at least 1.
-    pub fn model_c(&self) -> usize {
-        (self.mean.round() as usize).max(1)
-    }
-}
-
 /// Everything one effect benchmark produced (`effect.json`).
 #[derive(Clone, Debug, Serialize)]
 pub struct EffectReport {
@@ -457,35 +417,14 @@ fn send(entry: &Uri, plan: &Plan, timeout: Duration) -> Result<Vec<crate::record
     loadgen::run(plan, &cfg).map_err(|e| e.to_string())
 }
 
-/// Sends `plan` into `chain` while sampling its first sidecar's limit and queue every
-/// 250 ms (none without sidecars).
+/// Sends `plan` into `chain` while sampling its first sidecar's limit and queue (none
+/// without sidecars).
 fn send_sampling(
     chain: &ProxyChain,
     plan: &Plan,
     timeout: Duration,
 ) -> Result<(Vec<crate::record::RequestRecord>, Option<LimitSeen>), String> {
-    if chain.sidecar_admins.is_empty() {
-        return Ok((send(&chain.entry, plan, timeout)?, None));
-    }
-    let done = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let sampler = s.spawn(|| {
-            let mut seen = Vec::new();
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                let limit = chain.sidecar_metric(0, "tailor_proxy_concurrency_limit");
-                let queue = chain.sidecar_metric(0, "tailor_proxy_queue_length");
-                if let (Ok(l), Ok(q)) = (limit, queue) {
-                    seen.push((l, q));
-                }
-                std::thread::sleep(Duration::from_millis(250));
-            }
-            seen
-        });
-        let records = send(&chain.entry, plan, timeout);
-        done.store(true, std::sync::atomic::Ordering::Relaxed);
-        let seen = sampler.join().map_err(|_| "the limit sampler panicked".to_string())?;
-        Ok((records?, LimitSeen::of(&seen)))
-    })
+    sampling_limit(chain.sidecar_admins.first().map(String::as_str), || send(&chain.entry, plan, timeout))
 }
 
 /// CPU per request and latency of `chain` at zero demand: 100 warm-up requests, then 300
@@ -633,7 +572,7 @@ pub fn run(programs: &Programs, cfg: &EffectConfig, say: &dyn Progress) -> Resul
 
 /// The order in which `chains` chains take their turns at the `point`-th point: each once,
 /// a different one first at each point, so none always runs right after another.
-fn turns(point: usize, chains: usize) -> impl Iterator<Item = usize> {
+pub(super) fn turns(point: usize, chains: usize) -> impl Iterator<Item = usize> {
     (0..chains).map(move |k| (k + point) % chains)
 }
 

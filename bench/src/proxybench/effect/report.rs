@@ -8,15 +8,8 @@ use std::path::{Path, PathBuf};
 use tailor_sim::plot::{line_plot_styled, Line, Series};
 
 use super::{EffectReport, EffectRun, LimitSeen, SidecarC, Sidecars};
+use crate::record::upper_median;
 use crate::workload::Workload;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 fn runs_of<'a>(r: &'a EffectReport, mode: Sidecars, w: &str, rho: f64) -> Vec<&'a EffectRun> {
     r.runs.iter().filter(|x| x.sidecars == mode && x.workload == w && x.rho == rho).collect()
@@ -58,7 +51,7 @@ fn c_cell(r: &EffectReport, runs: &[&EffectRun]) -> String {
             }
             let lo = seen.iter().map(|l| l.min).fold(f64::INFINITY, f64::min);
             let hi = seen.iter().map(|l| l.max).fold(f64::NEG_INFINITY, f64::max);
-            format!("adaptive {:.1} ({lo:.0}–{hi:.0})", median(seen.iter().map(|l| l.mean).collect()))
+            format!("adaptive {:.1} ({lo:.0}–{hi:.0})", upper_median(&seen.iter().map(|l| l.mean).collect::<Vec<_>>()))
         }
     }
 }
@@ -72,7 +65,9 @@ pub fn table(r: &EffectReport) -> String {
         "| workload | ρ | sidecars | c | p99 ms per seed | median p99 ms | spread | sim p99 ms | measured ÷ sim | vs none | vs none per seed (median) | reordering % (sim) | errors | other jobs' CPUs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (w, rho) in points(r) {
-        let none = median(runs_of(r, Sidecars::None, &w, rho).iter().map(|x| x.summary.latency_ms.p99).collect());
+        let none = upper_median(
+            &runs_of(r, Sidecars::None, &w, rho).iter().map(|x| x.summary.latency_ms.p99).collect::<Vec<_>>(),
+        );
         for mode in Sidecars::ALL {
             let runs = runs_of(r, mode, &w, rho);
             if runs.is_empty() {
@@ -88,14 +83,14 @@ pub fn table(r: &EffectReport) -> String {
                 let paired = if ratios.is_empty() {
                     String::new()
                 } else {
-                    format!("{} ({:+.0}%)", per.join(" / "), (median(ratios) - 1.0) * 100.0)
+                    format!("{} ({:+.0}%)", per.join(" / "), (upper_median(&ratios) - 1.0) * 100.0)
                 };
                 (c_cell(r, &runs), paired)
             };
-            let med = median(p99.clone());
-            let sim = median(runs.iter().filter_map(|x| x.predicted_p99_ms).collect());
-            let reord = median(runs.iter().map(|x| x.summary.reordering_pct).collect());
-            let sim_reord = median(runs.iter().filter_map(|x| x.predicted_reordering_pct).collect());
+            let med = upper_median(&p99);
+            let sim = upper_median(&runs.iter().filter_map(|x| x.predicted_p99_ms).collect::<Vec<_>>());
+            let reord = upper_median(&runs.iter().map(|x| x.summary.reordering_pct).collect::<Vec<_>>());
+            let sim_reord = upper_median(&runs.iter().filter_map(|x| x.predicted_reordering_pct).collect::<Vec<_>>());
             let errors: u64 = runs.iter().map(|x| x.summary.requests - x.summary.ok).sum();
             let cut = if mode == Sidecars::None || !none.is_finite() {
                 "".into()
@@ -109,7 +104,7 @@ pub fn table(r: &EffectReport) -> String {
                 mode.name(),
                 per_seed.join(" / "),
                 med / sim,
-                median(runs.iter().map(|x| x.cpu.background_cpus).collect()),
+                upper_median(&runs.iter().map(|x| x.cpu.background_cpus).collect::<Vec<_>>()),
             );
         }
     }
@@ -125,8 +120,8 @@ pub fn verdict(r: &EffectReport) -> String {
     for (w, rho) in points(r) {
         for mode in Sidecars::ALL {
             let runs = runs_of(r, mode, &w, rho);
-            let m = median(runs.iter().map(|x| x.summary.latency_ms.p99).collect());
-            let sim = median(runs.iter().filter_map(|x| x.predicted_p99_ms).collect());
+            let m = upper_median(&runs.iter().map(|x| x.summary.latency_ms.p99).collect::<Vec<_>>());
+            let sim = upper_median(&runs.iter().filter_map(|x| x.predicted_p99_ms).collect::<Vec<_>>());
             if m.is_finite() && sim.is_finite() {
                 within.1 += 1;
                 if (m / sim - 1.0).abs() <= 0.2 {
@@ -137,7 +132,9 @@ pub fn verdict(r: &EffectReport) -> String {
         if rho != top {
             continue;
         }
-        let med = |mode| median(runs_of(r, mode, &w, rho).iter().map(|x| x.summary.latency_ms.p99).collect());
+        let med = |mode| {
+            upper_median(&runs_of(r, mode, &w, rho).iter().map(|x| x.summary.latency_ms.p99).collect::<Vec<_>>())
+        };
         let (fifo, none) = (med(Sidecars::Fifo), med(Sidecars::None));
         for mode in [Sidecars::Orf, Sidecars::OrfChain] {
             let p99 = med(mode);
@@ -171,7 +168,7 @@ pub fn plot(r: &EffectReport, w: Workload) -> String {
                     } else {
                         runs.iter().map(|x| x.summary.latency_ms.p99).collect()
                     };
-                    (!v.is_empty()).then(|| (rho, median(v)))
+                    (!v.is_empty()).then(|| (rho, upper_median(&v)))
                 })
                 .collect()
         };
