@@ -254,7 +254,10 @@ pub fn main(mut args: BenchProxyArgs) -> Result<(), String> {
             limit::tables(&report),
             limit::verdict(&report)
         );
-        write(&args.out.join("limit.json"), &serde_json::to_string_pretty(&report).expect("serializes"))?;
+        limit::write(&report, &args.out)?;
+        for p in &cfg.profiles {
+            let _ = writeln!(md, "![goodput vs c, {0} service](limit-goodput-{0}.svg)\n", p.name());
+        }
         json.insert("limit".into(), serde_json::to_value(&report).map_err(|e| e.to_string())?);
     }
     let path = args.out.join("report.md");

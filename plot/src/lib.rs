@@ -74,6 +74,40 @@ pub fn line_plot_styled(
     series: &[Series],
     styles: &[(Line, &str)],
 ) -> String {
+    draw(title, x_label, y_label, series, styles, Scales::default())
+}
+
+/// Which axes are logarithmic: `None` leaves it to [`line_plot_styled`]'s rule (by the
+/// values' span).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Scales {
+    pub log_x: Option<bool>,
+    pub log_y: Option<bool>,
+}
+
+/// [`line_plot_styled`] with the axes' scales chosen by the caller: e.g. a log x axis for a
+/// sweep over powers of two (a concurrency limit from 1 to 64, whose small values a linear
+/// axis would crowd into its first tenth) and a linear y axis for a percentage that runs
+/// from 5 to 100. A log axis needs positive values: with any at or below zero it is linear.
+pub fn line_plot_scaled(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    styles: &[(Line, &str)],
+    scales: Scales,
+) -> String {
+    draw(title, x_label, y_label, series, styles, scales)
+}
+
+fn draw(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    styles: &[(Line, &str)],
+    scales: Scales,
+) -> String {
     let mut labels: Vec<&str> = Vec::new();
     for s in series {
         if !labels.contains(&s.label.as_str()) {
@@ -118,8 +152,8 @@ pub fn line_plot_styled(
     if x1 == x0 {
         x1 = x0 + 1.0;
     }
-    let log_y = y1 / y0 > 20.0;
-    let log_x = x0 > 0.0 && x1 / x0 > 100.0;
+    let log_y = y0 > 0.0 && scales.log_y.unwrap_or(y1 / y0 > 20.0);
+    let log_x = x0 > 0.0 && scales.log_x.unwrap_or(x1 / x0 > 100.0);
     let y_axis = Axis::new(log_y, if log_y { y0 } else { 0.0 }, y1 * if log_y { 1.0 } else { 1.05 });
     let x_axis = Axis::new(log_x, x0, x1);
     let px = |x: f64| ml + x_axis.frac(x) * plot_w;
@@ -392,5 +426,18 @@ mod tests {
         }
         let narrow = line_plot("t", "load", "p99 (ms)", &[Series::new("a", vec![(1.0, 2.0), (2.0, 3.0)])]);
         assert!(!narrow.contains("log scale"));
+    }
+
+    #[test]
+    fn the_caller_can_choose_each_axis_scale() {
+        let sweep = [Series::new("a", vec![(1.0, 4.0), (2.0, 40.0), (64.0, 100.0)])];
+        let auto = line_plot("t", "c", "goodput %", &sweep);
+        assert!(auto.contains("goodput % (log scale)") && !auto.contains("c (log scale)"), "{auto}");
+        let chosen =
+            line_plot_scaled("t", "c", "goodput %", &sweep, &[], Scales { log_x: Some(true), log_y: Some(false) });
+        assert!(chosen.contains("c (log scale)") && !chosen.contains("goodput % (log scale)"), "{chosen}");
+        let with_zero = [Series::new("a", vec![(0.0, 5.0), (64.0, 100.0)])];
+        let linear = line_plot_scaled("t", "c", "y", &with_zero, &[], Scales { log_x: Some(true), log_y: None });
+        assert!(!linear.contains("c (log scale)"), "a log axis needs positive values");
     }
 }

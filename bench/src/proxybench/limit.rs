@@ -30,6 +30,7 @@ use http_body_util::Full;
 use serde::Serialize;
 use tailor_core::{Nanos, Progress, Rng};
 use tailor_loadgen::{Arrival, OpenLoopConfig};
+use tailor_plot::{line_plot_scaled, Line, Scales, Series};
 
 use super::effect::{turns, SidecarC};
 use super::{load_average, sampling_limit, LimitSeen, Processes, Programs};
@@ -494,6 +495,81 @@ pub fn verdict(r: &LimitReport) -> String {
     s
 }
 
+/// Goodput against `c` for `profile`, one colour per load: each fixed `c` solid (the median
+/// over seeds), the adaptive limit's goodput dashed across the whole axis (it has no `c`
+/// of its own; the legend gives the median of its mean limits).
+pub fn plot(r: &LimitReport, profile: Profile) -> String {
+    let mut loads: Vec<f64> = r.runs.iter().filter(|x| x.profile == profile).map(|x| x.rho).collect();
+    loads.sort_by(f64::total_cmp);
+    loads.dedup();
+    let mut fixed: Vec<usize> = r.runs.iter().filter_map(|x| x.c.fixed()).collect();
+    fixed.sort_unstable();
+    fixed.dedup();
+    let (lo, hi) = (fixed.first().copied().unwrap_or(1) as f64, fixed.last().copied().unwrap_or(64) as f64);
+    let mut series = Vec::new();
+    for rho in loads {
+        let of = |c: SidecarC| -> Vec<&LimitRun> {
+            r.runs.iter().filter(|x| x.profile == profile && x.rho == rho && x.c == c).collect()
+        };
+        let goodput = |runs: &[&LimitRun]| upper_median(&runs.iter().map(|x| x.goodput_pct).collect::<Vec<_>>());
+        let label = format!("ρ {rho}");
+        let pts: Vec<(f64, f64)> = fixed
+            .iter()
+            .filter_map(|&c| {
+                let runs = of(SidecarC::Fixed(c));
+                (!runs.is_empty()).then(|| (c as f64, goodput(&runs)))
+            })
+            .collect();
+        series.push(Series::new(label.clone(), pts));
+        let adaptive = of(SidecarC::Adaptive);
+        if !adaptive.is_empty() {
+            let g = goodput(&adaptive);
+            series.push(Series::new(label, vec![(lo, g), (hi, g)]).styled(Line::Dashed));
+        }
+    }
+    let limits: Vec<f64> = r
+        .runs
+        .iter()
+        .filter(|x| x.profile == profile && x.c == SidecarC::Adaptive)
+        .filter_map(|x| x.limit.map(|l| l.mean))
+        .collect();
+    let title = match profile {
+        Profile::Cpu => "CPU-bound service (1 ms of CPU per request) behind a sidecar",
+        Profile::Io => "I/O-bound service (0.5 ms of CPU, then 5 ms waiting) behind a sidecar",
+    };
+    line_plot_scaled(
+        title,
+        "the sidecar's c (requests let into the service at once)",
+        "goodput: % answered within the deadline (median over seeds)",
+        &series,
+        &[
+            (Line::Solid, "fixed c"),
+            (Line::Dashed, &format!("adaptive (its limit: {:.0} median)", upper_median(&limits))),
+        ],
+        Scales { log_x: Some(true), log_y: Some(false) },
+    )
+}
+
+/// Writes `limit.json`, `limit.md` (tables and verdict) and one plot per profile into
+/// `out`; returns the files.
+pub fn write(r: &LimitReport, out: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    let mut put = |name: String, text: String| -> Result<(), String> {
+        let path = out.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        files.push(path);
+        Ok(())
+    };
+    put("limit.json".into(), serde_json::to_string_pretty(r).expect("serializes"))?;
+    put("limit.md".into(), format!("{}\n{}", tables(r), verdict(r)))?;
+    let mut profiles: Vec<Profile> = r.runs.iter().map(|x| x.profile).collect();
+    profiles.dedup();
+    for p in Profile::ALL.into_iter().filter(|p| profiles.contains(p)) {
+        put(format!("limit-goodput-{}.svg", p.name()), plot(r, p))?;
+    }
+    Ok(files)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -555,6 +631,32 @@ mod tests {
         assert!(
             tables(&report).contains("| io | 0.9 | 1 | c = 16: 97.0 / 30.0 | 40.0 / 5.0 | 95.0 / 45.0 | -2.0 | 1.50 |")
         );
+    }
+
+    #[test]
+    fn the_plot_draws_fixed_c_on_a_log_axis_and_the_adaptive_limit_across_it() {
+        let report = LimitReport {
+            cores: 2,
+            seconds: 1.0,
+            overhead_us: 100.0,
+            runs: vec![
+                run(SidecarC::Fixed(1), 5.0, 50.0),
+                run(SidecarC::Fixed(64), 100.0, 20.0),
+                LimitRun { limit: LimitSeen::of(&[(30.0, 0.0), (40.0, 1.0)]), ..run(SidecarC::Adaptive, 99.0, 21.0) },
+            ],
+            load_average_before: String::new(),
+            load_average_after: String::new(),
+            wall_seconds: 1.0,
+        };
+        let svg = plot(&report, Profile::Io);
+        assert!(svg.contains("(log scale)") && !svg.contains("deadline (median over seeds) (log scale)"), "{svg}");
+        assert_eq!(
+            tailor_plot::legend_entries(&svg).expect("a legend"),
+            ["ρ 0.9", "fixed c", "adaptive (its limit: 35 median)"]
+        );
+        let lines: Vec<&str> = svg.lines().filter(|l| l.starts_with("<polyline")).collect();
+        assert_eq!(lines.len(), 2, "the fixed-c line and the adaptive one");
+        assert!(lines[1].contains("dasharray"));
     }
 
     #[test]
