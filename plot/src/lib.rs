@@ -74,7 +74,7 @@ pub fn line_plot_styled(
     series: &[Series],
     styles: &[(Line, &str)],
 ) -> String {
-    draw(title, x_label, y_label, series, styles, Scales::default())
+    line_plot_scaled(title, x_label, y_label, series, styles, Scales::default())
 }
 
 /// Which axes are logarithmic: `None` leaves it to [`line_plot_styled`]'s rule (by the
@@ -90,17 +90,6 @@ pub struct Scales {
 /// axis would crowd into its first tenth) and a linear y axis for a percentage that runs
 /// from 5 to 100. A log axis needs positive values: with any at or below zero it is linear.
 pub fn line_plot_scaled(
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: &[Series],
-    styles: &[(Line, &str)],
-    scales: Scales,
-) -> String {
-    draw(title, x_label, y_label, series, styles, scales)
-}
-
-fn draw(
     title: &str,
     x_label: &str,
     y_label: &str,

@@ -33,7 +33,7 @@ use tailor_loadgen::{Arrival, OpenLoopConfig};
 use tailor_plot::{line_plot_scaled, Line, Scales, Series};
 
 use super::effect::{turns, SidecarC};
-use super::{load_average, sampling_limit, LimitSeen, Processes, Programs};
+use super::{load_average, sampling_limit, write_files, LimitSeen, Processes, Programs};
 use crate::cpuacct;
 use crate::loadgen::{self, DEMAND_HEADER, REQUEST_ID_HEADER};
 use crate::polyglot::{address_in, free_port};
@@ -553,21 +553,15 @@ pub fn plot(r: &LimitReport, profile: Profile) -> String {
 /// Writes `limit.json`, `limit.md` (tables and verdict) and one plot per profile into
 /// `out`; returns the files.
 pub fn write(r: &LimitReport, out: &Path) -> Result<Vec<PathBuf>, String> {
-    let mut files = Vec::new();
-    let mut put = |name: String, text: String| -> Result<(), String> {
-        let path = out.join(name);
-        std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
-        files.push(path);
-        Ok(())
-    };
-    put("limit.json".into(), serde_json::to_string_pretty(r).expect("serializes"))?;
-    put("limit.md".into(), format!("{}\n{}", tables(r), verdict(r)))?;
-    let mut profiles: Vec<Profile> = r.runs.iter().map(|x| x.profile).collect();
-    profiles.dedup();
-    for p in Profile::ALL.into_iter().filter(|p| profiles.contains(p)) {
-        put(format!("limit-goodput-{}.svg", p.name()), plot(r, p))?;
-    }
-    Ok(files)
+    let mut files = vec![
+        ("limit.json".to_string(), serde_json::to_string_pretty(r).expect("serializes")),
+        ("limit.md".to_string(), format!("{}\n{}", tables(r), verdict(r))),
+    ];
+    let ran = |p: &Profile| r.runs.iter().any(|x| x.profile == *p);
+    files.extend(
+        Profile::ALL.iter().filter(|p| ran(p)).map(|&p| (format!("limit-goodput-{}.svg", p.name()), plot(r, p))),
+    );
+    write_files(out, files)
 }
 
 #[cfg(test)]
@@ -594,6 +588,18 @@ mod tests {
         }
     }
 
+    fn report(runs: Vec<LimitRun>) -> LimitReport {
+        LimitReport {
+            cores: 2,
+            seconds: 1.0,
+            overhead_us: 100.0,
+            runs,
+            load_average_before: String::new(),
+            load_average_after: String::new(),
+            wall_seconds: 1.0,
+        }
+    }
+
     #[test]
     fn the_best_fixed_c_has_the_most_goodput_and_of_near_ties_the_lowest_p99() {
         let runs = [
@@ -611,19 +617,11 @@ mod tests {
 
     #[test]
     fn the_verdict_reports_the_worst_gap_and_ratio() {
-        let report = LimitReport {
-            cores: 2,
-            seconds: 1.0,
-            overhead_us: 100.0,
-            runs: vec![
-                run(SidecarC::Fixed(2), 40.0, 5.0),
-                run(SidecarC::Fixed(16), 97.0, 30.0),
-                run(SidecarC::Adaptive, 95.0, 45.0),
-            ],
-            load_average_before: String::new(),
-            load_average_after: String::new(),
-            wall_seconds: 1.0,
-        };
+        let report = report(vec![
+            run(SidecarC::Fixed(2), 40.0, 5.0),
+            run(SidecarC::Fixed(16), 97.0, 30.0),
+            run(SidecarC::Adaptive, 95.0, 45.0),
+        ]);
         let v = verdict(&report);
         assert!(v.contains("each of 1 points, mean / worst, in points: adaptive -2.0 / -2.0 (its p99 1.50×"), "{v}");
         assert!(v.contains("the best single fixed `c` over all points, 16: +0.0 / +0.0"), "{v}");
@@ -635,19 +633,11 @@ mod tests {
 
     #[test]
     fn the_plot_draws_fixed_c_on_a_log_axis_and_the_adaptive_limit_across_it() {
-        let report = LimitReport {
-            cores: 2,
-            seconds: 1.0,
-            overhead_us: 100.0,
-            runs: vec![
-                run(SidecarC::Fixed(1), 5.0, 50.0),
-                run(SidecarC::Fixed(64), 100.0, 20.0),
-                LimitRun { limit: LimitSeen::of(&[(30.0, 0.0), (40.0, 1.0)]), ..run(SidecarC::Adaptive, 99.0, 21.0) },
-            ],
-            load_average_before: String::new(),
-            load_average_after: String::new(),
-            wall_seconds: 1.0,
-        };
+        let report = report(vec![
+            run(SidecarC::Fixed(1), 5.0, 50.0),
+            run(SidecarC::Fixed(64), 100.0, 20.0),
+            LimitRun { limit: LimitSeen::of(&[(30.0, 0.0), (40.0, 1.0)]), ..run(SidecarC::Adaptive, 99.0, 21.0) },
+        ]);
         let svg = plot(&report, Profile::Io);
         assert!(svg.contains("(log scale)") && !svg.contains("deadline (median over seeds) (log scale)"), "{svg}");
         assert_eq!(

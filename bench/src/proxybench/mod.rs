@@ -155,6 +155,18 @@ pub fn load_average() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// Writes each `(file name, text)` into `out`; returns the paths written.
+pub fn write_files(out: &Path, files: Vec<(String, String)>) -> Result<Vec<PathBuf>, String> {
+    files
+        .into_iter()
+        .map(|(name, text)| {
+            let path = out.join(name);
+            std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+            Ok(path)
+        })
+        .collect()
+}
+
 /// A gauge or counter from the /metrics of the admin listener at `admin` (`host:port`).
 pub fn metric(admin: &str, name: &str) -> Result<f64, String> {
     let uri: Uri = format!("http://{admin}/metrics").parse().map_err(|e| format!("{e}"))?;

@@ -189,17 +189,10 @@ pub fn plot(r: &EffectReport, w: Workload) -> String {
 
 /// Writes `effect.json`, the table and one plot per workload into `out`; returns the files.
 pub fn write(r: &EffectReport, workloads: &[Workload], out: &Path) -> Result<Vec<PathBuf>, String> {
-    let mut files = Vec::new();
-    let mut put = |name: String, text: String| -> Result<(), String> {
-        let path = out.join(name);
-        std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
-        files.push(path);
-        Ok(())
-    };
-    put("effect.json".into(), serde_json::to_string_pretty(r).expect("serializes"))?;
-    put("effect.md".into(), format!("{}\n{}", table(r), verdict(r)))?;
-    for w in workloads {
-        put(format!("effect-p99-{w}.svg"), plot(r, *w))?;
-    }
-    Ok(files)
+    let mut files = vec![
+        ("effect.json".to_string(), serde_json::to_string_pretty(r).expect("serializes")),
+        ("effect.md".to_string(), format!("{}\n{}", table(r), verdict(r))),
+    ];
+    files.extend(workloads.iter().map(|w| (format!("effect-p99-{w}.svg"), plot(r, *w))));
+    super::super::write_files(out, files)
 }
