@@ -279,17 +279,37 @@ func TestALateRequestIsShedWith503AndTheReason(t *testing.T) {
 	for g.Stats().Running != 1 {
 		time.Sleep(100 * time.Microsecond)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	// The client gives up only once its request waits in the gate (a timeout instead
+	// could expire before a busy machine got the request that far).
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", srv2.URL, nil)
-	if _, err := http.DefaultClient.Do(req); err == nil {
+	gaveUp := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv2.URL, nil)
+		_, err := http.DefaultClient.Do(req)
+		gaveUp <- err
+	}()
+	waitFor(t, "the second request to queue", func() bool { return g.Waiting() == 1 })
+	cancel()
+	if err := <-gaveUp; err == nil {
 		t.Fatal("the queued request answered before the holder left")
 	}
-	for g.Waiting() != 0 {
-		time.Sleep(100 * time.Microsecond)
-	}
+	waitFor(t, "the cancelled request to leave the queue", func() bool { return g.Waiting() == 0 })
 	close(holdRelease)
 	if st := g.Stats(); st.ShedCanceled != 1 || st.ShedDeadline != 1 {
 		t.Fatalf("%+v", st)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s (a loaded machine is
+// slow, never wrong).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }
