@@ -131,6 +131,8 @@ pub fn main(mut args: BenchProxyArgs) -> Result<(), String> {
         args.requests = 300;
         args.warmup = 30;
         args.limit_c = vec![SidecarC::Fixed(1), SidecarC::Fixed(cores), SidecarC::Fixed(64), SidecarC::Adaptive];
+        // One run per `c` where the CPUs are 1 or 64 (the repeat is then next to its twin).
+        args.limit_c.dedup();
         args.limit_loads = vec![0.95];
         args.limit_seconds = 1.0;
     }
