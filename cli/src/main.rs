@@ -77,7 +77,7 @@ enum BenchCommand {
     Fanout(fanout::DemoArgs),
     /// Probe p99 under 0/1/2/4/8 best-effort spinners: stock vs the node tier agent enforcing.
     Ladder(ladder::LadderArgs),
-    /// Tailor's proxies against nginx and HAProxy, and sidecars in front of a chain of plain Go/Python services.
+    /// Tailor's proxies against nginx and HAProxy, sidecars in front of a chain of plain Go/Python services, and the sidecar's adaptive `c` against fixed ones.
     Proxy(benchproxy::BenchProxyArgs),
 }
 
