@@ -83,6 +83,15 @@ pub const IDLE_CONNECTION_S: u64 = 10;
 
 /// Runs `plan` against `cfg.uri` and returns one record per request, in plan order.
 pub fn run(plan: &Plan, cfg: &LoadgenConfig) -> Result<Vec<RequestRecord>, LoadgenError> {
+    run_with_headers(plan, cfg, &[])
+}
+
+/// [`run`], every request also carrying `headers` (e.g. a `grpc-timeout` as its deadline).
+pub fn run_with_headers(
+    plan: &Plan,
+    cfg: &LoadgenConfig,
+    headers: &[(&'static str, String)],
+) -> Result<Vec<RequestRecord>, LoadgenError> {
     if plan.intended_ns.len() != plan.demands_us.len() {
         return Err(LoadgenError::PlanMismatch { times: plan.intended_ns.len(), demands: plan.demands_us.len() });
     }
@@ -92,12 +101,15 @@ pub fn run(plan: &Plan, cfg: &LoadgenConfig) -> Result<Vec<RequestRecord>, Loadg
     let demand_headers: Arc<Vec<String>> = Arc::new(
         plan.demands_us.iter().map(|d| d.iter().map(|us| us.to_string()).collect::<Vec<_>>().join(",")).collect(),
     );
+    let headers = headers.to_vec();
     let sent = tailor_loadgen::run(&plan.intended_ns, &open, move |a: Arrival| {
-        let request = Request::get(uri.clone())
+        let mut request = Request::get(uri.clone())
             .header(DEMAND_HEADER, demand_headers[a.index].as_str())
-            .header(REQUEST_ID_HEADER, a.index as u64)
-            .body(Full::new(Bytes::new()))
-            .expect("static method, valid uri and ASCII headers");
+            .header(REQUEST_ID_HEADER, a.index as u64);
+        for (name, value) in &headers {
+            request = request.header(*name, value.as_str());
+        }
+        let request = request.body(Full::new(Bytes::new())).expect("static method, valid uri and ASCII headers");
         one_request(client.clone(), request)
     })?;
     Ok(sent
@@ -111,7 +123,7 @@ pub fn run(plan: &Plan, cfg: &LoadgenConfig) -> Result<Vec<RequestRecord>, Loadg
 }
 
 /// One request on the pool; the response head once the whole body has arrived.
-pub(crate) async fn one_request(
+async fn one_request(
     client: Client<HttpConnector, Full<Bytes>>,
     request: Request<Full<Bytes>>,
 ) -> Result<http::response::Parts, Box<dyn std::error::Error + Send + Sync>> {
@@ -121,10 +133,10 @@ pub(crate) async fn one_request(
     Ok(parts)
 }
 
-pub(crate) type Answer = Result<http::response::Parts, Box<dyn std::error::Error + Send + Sync>>;
+type Answer = Result<http::response::Parts, Box<dyn std::error::Error + Send + Sync>>;
 
 /// The pacing core's record as the benchmark keeps it (status, GATs the tiers saw).
-pub(crate) fn to_record(sent: tailor_loadgen::Record<Answer>, demands_us: &[u32]) -> RequestRecord {
+fn to_record(sent: tailor_loadgen::Record<Answer>, demands_us: &[u32]) -> RequestRecord {
     let mut record = RequestRecord {
         id: sent.index as u64,
         intended_ns: sent.intended_ns,

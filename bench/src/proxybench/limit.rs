@@ -21,21 +21,17 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{Request, Uri};
-use http_body_util::Full;
+use http::Uri;
 use serde::Serialize;
 use tailor_core::{Nanos, Progress, Rng};
-use tailor_loadgen::{Arrival, OpenLoopConfig};
 use tailor_plot::{line_plot_scaled, Line, Scales, Series};
 
 use super::effect::{turns, SidecarC};
 use super::{load_average, sampling_limit, write_files, LimitSeen, Processes, Programs};
 use crate::cpuacct;
-use crate::loadgen::{self, DEMAND_HEADER, REQUEST_ID_HEADER};
+use crate::loadgen::{self, LoadgenConfig, Plan};
 use crate::polyglot::{address_in, free_port};
 use crate::record::{upper_median, Outcome, RequestRecord};
 
@@ -153,52 +149,22 @@ pub struct LimitReport {
     pub wall_seconds: f64,
 }
 
-/// One request of a plan.
-#[derive(Clone, Copy, Debug)]
-struct Ask {
-    intended_ns: Nanos,
-    demand_us: u32,
-}
-
 /// Poisson arrivals at `rate` for `seconds`, each with its profile's demand.
-fn plan(profile: Profile, rate: f64, seconds: f64, seed: u64) -> Vec<Ask> {
+fn plan(profile: Profile, rate: f64, seconds: f64, seed: u64) -> Plan {
     let n = ((rate * seconds).round() as usize).max(20);
-    let times = crate::arrivals::poisson(n, rate, seed);
+    let intended_ns = crate::arrivals::poisson(n, rate, seed);
     let mut rng = Rng::derive(seed, 2);
-    times
-        .into_iter()
-        .map(|t| Ask { intended_ns: t, demand_us: rng.exp(profile.cpu_mean_us()).round().min(u32::MAX as f64) as u32 })
-        .collect()
+    let demands_us = (0..n).map(|_| vec![rng.exp(profile.cpu_mean_us()).round().min(u32::MAX as f64) as u32]).collect();
+    Plan { intended_ns, demands_us }
 }
 
-/// Sends `asks` to `uri` open loop, each with `profile`'s wait and deadline.
-fn send(uri: &Uri, profile: Profile, asks: &[Ask]) -> Result<Vec<RequestRecord>, String> {
-    let times: Vec<Nanos> = asks.iter().map(|a| a.intended_ns).collect();
-    let demands: Arc<Vec<String>> = Arc::new(asks.iter().map(|a| a.demand_us.to_string()).collect());
-    let wait = profile.wait_us().to_string();
-    let timeout = format!("{}m", profile.deadline_ms());
-    let client = loadgen::http_client();
-    let uri = uri.clone();
-    let open = OpenLoopConfig::new(4096, Duration::from_secs(10));
-    let sent = tailor_loadgen::run(&times, &open, move |a: Arrival| {
-        let request = Request::get(uri.clone())
-            .header(DEMAND_HEADER, demands[a.index].as_str())
-            .header(WAIT_HEADER, wait.as_str())
-            .header("grpc-timeout", timeout.as_str())
-            .header(REQUEST_ID_HEADER, a.index as u64)
-            .body(Full::new(Bytes::new()))
-            .expect("static method, valid uri and ASCII headers");
-        loadgen::one_request(client.clone(), request)
-    })
-    .map_err(|e| e.to_string())?;
-    Ok(sent
-        .records
-        .into_iter()
-        .map(|r| {
-            let demand = asks[r.index].demand_us;
-            loadgen::to_record(r, &[demand])
-        })
-        .collect())
+/// Sends `plan` to `uri` open loop, each request with `profile`'s wait and deadline.
+fn send(uri: &Uri, profile: Profile, plan: &Plan) -> Result<Vec<RequestRecord>, String> {
+    let cfg =
+        LoadgenConfig { uri: uri.clone(), timeout: Duration::from_secs(10), max_in_flight: 4096, rt_priority: None };
+    let headers =
+        [(WAIT_HEADER, profile.wait_us().to_string()), ("grpc-timeout", format!("{}m", profile.deadline_ms()))];
+    loadgen::run_with_headers(plan, &cfg, &headers).map_err(|e| e.to_string())
 }
 
 /// A sidecar in front of `service`; dropping the returned processes stops it.
@@ -283,16 +249,15 @@ fn score(
 /// to each request several times over. 500 warm-up requests, then 2,000 measured.
 fn calibrate(programs: &Programs, service: &str, service_pid: u32, logs: &Path) -> Result<f64, String> {
     let (procs, uri, _) = start_sidecar(programs, service, SidecarC::Fixed(64), logs, "calibrate")?;
-    let zero = |n: usize| (0..n).map(|i| Ask { intended_ns: i as Nanos * 500_000, demand_us: 0 }).collect::<Vec<_>>();
+    let zero =
+        |n: usize| Plan { intended_ns: (0..n).map(|i| i as Nanos * 500_000).collect(), demands_us: vec![vec![0]; n] };
     send(&uri, Profile::Cpu, &zero(500))?;
-    // Each process's own CPU time, not its tree's: the sidecar and the service are this
-    // process's children.
+    // The sidecar's and the service's CPU time, and this process's (the generator).
     let mut pids = procs.pids();
-    pids.extend([service_pid, std::process::id()]);
-    let cpu_ns = || pids.iter().map(|&p| cpuacct::process_cpu_ns(p)).sum::<u64>();
-    let before = cpu_ns();
+    pids.push(service_pid);
+    let before = cpuacct::snapshot(&pids);
     let records = send(&uri, Profile::Cpu, &zero(2_000))?;
-    Ok(cpu_ns().saturating_sub(before) as f64 / 1e3 / records.len().max(1) as f64)
+    Ok(cpuacct::usage(&before, &cpuacct::snapshot(&pids), records.len()).cpu_per_request_us)
 }
 
 /// Every (seed, profile, load) point on every sidecar, taking turns.
