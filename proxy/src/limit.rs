@@ -4,7 +4,9 @@
 //! inside the service from latency alone: with `rtt_noload` the latency of an unqueued
 //! request, `limit × (1 − rtt_noload / rtt)` requests are waiting in it. Few waiting: the
 //! service has idle capacity, raise the limit; many: it is queuing internally (where the
-//! policy cannot order anything), lower it. The gate then holds the queue instead, in the
+//! policy cannot order anything), lower it. "Few" and "many" are Vegas's counts or, for a
+//! service that needs many requests inside (most of its latency spent off the CPU), a
+//! quarter and a half of the limit. The gate then holds the queue instead, in the
 //! policy's order. `rtt_noload` is re-probed now and then (at half the limit, for one
 //! sample), so it follows a service that got slower (a new release, a noisy neighbour)
 //! instead of shrinking the limit for ever.
@@ -20,6 +22,22 @@ use tailor_core::Nanos;
 /// waited in the gate at a tenth of the rate the upstream answers. Only the latency beyond this
 /// margin counts; a queue inside a service of millisecond requests still shows at once.
 pub const JITTER_NS: Nanos = 500_000;
+
+/// Vegas's thresholds as a share of the limit, beside its own `3·log10(limit)` and
+/// `6·log10(limit)` requests: the limit still grows while at most a quarter of it seems
+/// queued, and falls only once more than half does (its latency past twice the no-load
+/// latency). Vegas's counts suit a service whose latency is its CPU time, where a few
+/// requests queued inside keep its CPUs busy; a service whose latency is mostly a wait off
+/// the CPU (a database, another service) needs many requests inside, and its CPU queue
+/// alone inflates their latency by more than those few before the CPUs are full. With the
+/// counts alone the limit stayed at 17–26 on such a service (5 ms wait, 0.5 ms CPU, 2
+/// CPUs) where fixed limits of 32–64 answered 10–25 points more of an overload in time;
+/// with these shares it rose to 40–106 and was within 3.5 points of the best fixed limit
+/// there, ahead of it at 4 of 6 points, while on a CPU-bound service, whose no-load
+/// latency is a small part of a loaded one, the counts still decide (`tailor bench proxy
+/// --limit`; docs/results/proxy.md, "Limit").
+const GROW_WHILE_QUEUED_SHARE: f64 = 0.25;
+const SHRINK_ONCE_QUEUED_SHARE: f64 = 0.5;
 
 /// Vegas limit state. Pure: latencies and in-flight counts are passed in.
 #[derive(Clone, Debug)]
@@ -73,7 +91,8 @@ impl Vegas {
         let queued = rtt.saturating_sub(self.rtt_noload + JITTER_NS);
         let queue = (limit * queued as f64 / rtt as f64).ceil();
         let step = log10_at_least_one(limit);
-        let (alpha, beta) = (3.0 * step, 6.0 * step);
+        let alpha = (3.0 * step).max(GROW_WHILE_QUEUED_SHARE * limit);
+        let beta = (6.0 * step).max(SHRINK_ONCE_QUEUED_SHARE * limit);
         let next = if queue <= step {
             limit + beta
         } else if queue < alpha {
@@ -105,6 +124,75 @@ mod tests {
         }
         let l = v.limit();
         assert!((cores..=cores * 3).contains(&l), "limit {l} for {cores} cores");
+    }
+
+    /// A service that waits `wait` off the CPU, then needs `cpu` of CPU time on `cpus` CPUs
+    /// that other processes keep `busy` (the proxy, a load generator), with `inside`
+    /// requests in it: its mean latency and throughput (per ns). The CPUs are one
+    /// processor-sharing server, so the CPU part of the latency grows as `1 / (1 − load)`
+    /// long before the CPUs are full, as on a real machine.
+    fn shared_cpu_service(inside: usize, wait: f64, cpu: f64, cpus: f64, busy: f64) -> (f64, f64) {
+        let demand = cpu / cpus;
+        let latency = |throughput: f64| wait + demand / (1.0 - busy - throughput * demand);
+        // Little's law, `inside = throughput × latency`, solved by bisection.
+        let (mut lo, mut hi) = (0.0, (1.0 - busy) / demand);
+        for _ in 0..100 {
+            let mid = (lo + hi) / 2.0;
+            if mid * latency(mid) < inside as f64 {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        (latency(lo), lo)
+    }
+
+    /// Vegas fed by a saturated `shared_cpu_service`, each latency drawn around its mean
+    /// (the wait ±5%, the CPU part exponential): the mean limit over the second half.
+    fn settled_limit(wait: f64, cpu: f64, cpus: f64, busy: f64) -> f64 {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut uniform = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut v = Vegas::new(4, 256);
+        let (mut sum, mut count) = (0.0, 0.0);
+        for i in 0..40_000 {
+            let inside = v.limit(); // saturated: every slot is used
+            let (mean, _) = shared_cpu_service(inside, wait, cpu, cpus, busy);
+            let waited = wait * (0.95 + 0.1 * uniform());
+            let on_cpu = -(mean - wait) * (1.0 - uniform()).ln();
+            v.on_sample((waited + on_cpu) as Nanos, inside);
+            if i >= 20_000 {
+                sum += v.limit() as f64;
+                count += 1.0;
+            }
+        }
+        sum / count
+    }
+
+    /// A service whose latency is mostly a wait off the CPU (5 ms, then 0.5 ms on one of 2
+    /// CPUs that others keep 30% busy): its CPU queue inflates the latency before the CPUs
+    /// are full, and the latencies spread. The limit must let in enough requests to keep
+    /// the CPUs near full; with Vegas's counts alone it settled at 29 for 94% of the peak.
+    #[test]
+    fn an_io_bound_service_gets_enough_requests_inside_to_keep_its_cpus_busy() {
+        let (wait, cpu, cpus, busy) = (5_000_000.0, 500_000.0, 2.0, 0.3);
+        let peak = (1.0 - busy) * cpus / cpu;
+        let limit = settled_limit(wait, cpu, cpus, busy);
+        let (latency, throughput) = shared_cpu_service(limit.round() as usize, wait, cpu, cpus, busy);
+        assert!(throughput >= 0.96 * peak, "limit {limit:.1}: {:.1}% of the peak", 100.0 * throughput / peak);
+        assert!(latency < 4.0 * (wait + cpu), "limit {limit:.1}: latency {:.1} ms", latency / 1e6);
+    }
+
+    /// The same machine with a CPU-bound service (0.1 ms wait, 1 ms of CPU): the shares
+    /// must not raise its limit; Vegas's counts keep it within a few of the CPUs.
+    #[test]
+    fn a_cpu_bound_service_s_limit_stays_near_its_cpus() {
+        let limit = settled_limit(100_000.0, 1_000_000.0, 2.0, 0.3);
+        assert!((2.0..=12.0).contains(&limit), "limit {limit:.1}");
     }
 
     #[test]
