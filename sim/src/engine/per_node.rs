@@ -99,12 +99,13 @@ pub(super) fn run(m: &Model, parallel: bool) -> Option<(Recorder, RunStats)> {
     let mut prev: Vec<u32> = Vec::new();
     let mut running = vec![AT_ARRIVAL; queues.len()];
     let mut fed = 0;
+    let mut arrivals = ArrivalTimes::new(m);
     loop {
         if count >= AT_ARRIVAL as usize || count as f64 * fanout_bound(m) > 2.0 * MAX_TASKS {
             return None;
         }
         draw_more(&mut c, m, engine.request_key, fed, count, parallel);
-        c.gat = arrival_times(m, count);
+        arrivals.extend_to(&mut c.gat, count);
         if !covered(&c, fed..count) {
             return None;
         }
@@ -335,7 +336,7 @@ fn deadline(c: &Chunk, i: usize) -> Nanos {
 
 /// Appends requests `from..to` to `c` as the prepared path's producer draws
 /// them (two threads, half of them each, if `parallel`), all but their arrival
-/// times ([`arrival_times`]).
+/// times ([`ArrivalTimes`]).
 fn draw_more(c: &mut Chunk, m: &Model, request_key: u64, from: usize, to: usize, parallel: bool) {
     let draw = |from: usize, to: usize| {
         let mut draws = Draws::new(m, request_key);
@@ -371,17 +372,27 @@ fn draw_more(c: &mut Chunk, m: &Model, request_key: u64, from: usize, to: usize,
     }
 }
 
-/// The arrival times of requests `0..=count` (one past the last drawn, to
-/// tell whether it arrives before the run's end).
-fn arrival_times(m: &Model, count: usize) -> Vec<Nanos> {
-    let mut arrivals = Arrivals::new(m);
-    let mut now = 0;
-    let mut gat = Vec::with_capacity(count + 1);
-    for _ in 0..=count {
-        gat.push(now);
-        now += arrivals.next_gap();
+/// The run's arrival times, drawn once each: a continuation above capacity
+/// extends them instead of drawing them all again from the first.
+struct ArrivalTimes {
+    arrivals: Arrivals,
+    next: Nanos,
+}
+
+impl ArrivalTimes {
+    fn new(m: &Model) -> ArrivalTimes {
+        ArrivalTimes { arrivals: Arrivals::new(m), next: 0 }
     }
-    gat
+
+    /// Extends `gat` to the arrival times of requests `0..=count` (one past the
+    /// last drawn, to tell whether it arrives before the run's end).
+    fn extend_to(&mut self, gat: &mut Vec<Nanos>, count: usize) {
+        gat.reserve((count + 1).saturating_sub(gat.len()));
+        while gat.len() <= count {
+            gat.push(self.next);
+            self.next += self.arrivals.next_gap();
+        }
+    }
 }
 
 /// An event of the general path: the start of the run, request `i`'s arrival,
