@@ -524,6 +524,13 @@ mod tests {
         Gate::new(GateConfig { order, c, c_max: 16, max_queue: 4, shed_cannot_meet: true })
     }
 
+    /// As if the gate had seen enough latencies to shed on its estimate, of mean `ns`.
+    fn learned_latency(g: &Gate, ns: f64) {
+        let mut st = g.lock();
+        st.latency_samples = 100;
+        st.latency_ewma = ns;
+    }
+
     fn ctx(gat: Nanos) -> Context {
         Context::stamped(gat)
     }
@@ -690,11 +697,7 @@ mod tests {
     #[tokio::test]
     async fn a_deadline_that_cannot_be_met_at_its_position_is_shed() {
         let g = gate(Order::Fifo, Some(1));
-        {
-            let mut st = g.lock();
-            st.latency_samples = 100;
-            st.latency_ewma = 1_000.0;
-        }
+        learned_latency(&g, 1_000.0);
         let _inside = g.enter(&ctx(0), 0).unwrap();
         let _w1 = g.enter(&ctx(0), 0).unwrap();
         let _w2 = g.enter(&ctx(0), 0).unwrap();
@@ -710,11 +713,7 @@ mod tests {
     #[tokio::test]
     async fn a_short_wait_behind_a_large_limit_costs_a_fraction_of_a_latency() {
         let g = gate(Order::Fifo, Some(10));
-        {
-            let mut st = g.lock();
-            st.latency_samples = 100;
-            st.latency_ewma = 1_000.0;
-        }
+        learned_latency(&g, 1_000.0);
         let _inside: Vec<Place> = (0..10).map(|_| g.enter(&ctx(0), 0).unwrap()).collect();
         let _ahead = g.enter(&ctx(0), 0).unwrap();
         let mut late = ctx(0);

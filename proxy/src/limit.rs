@@ -150,20 +150,14 @@ mod tests {
     /// Vegas fed by a saturated `shared_cpu_service`, each latency drawn around its mean
     /// (the wait ±5%, the CPU part exponential): the mean limit over the second half.
     fn settled_limit(wait: f64, cpu: f64, cpus: f64, busy: f64) -> f64 {
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut uniform = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            (rng >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut rng = tailor_core::Rng::new(1);
         let mut v = Vegas::new(4, 256);
         let (mut sum, mut count) = (0.0, 0.0);
         for i in 0..40_000 {
             let inside = v.limit(); // saturated: every slot is used
             let (mean, _) = shared_cpu_service(inside, wait, cpu, cpus, busy);
-            let waited = wait * (0.95 + 0.1 * uniform());
-            let on_cpu = -(mean - wait) * (1.0 - uniform()).ln();
+            let waited = wait * (0.95 + 0.1 * rng.next_f64());
+            let on_cpu = rng.exp(mean - wait);
             v.on_sample((waited + on_cpu) as Nanos, inside);
             if i >= 20_000 {
                 sum += v.limit() as f64;
