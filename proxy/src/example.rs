@@ -12,7 +12,8 @@ admin = "127.0.0.1:9901"       # /metrics (Prometheus), /healthz, /readyz
 
 order = "orf"                  # orf (oldest GAT first), edf (earliest deadline), priq (class), fifo
 # c = 4                        # requests inside the service at once; leave out for the adaptive
-c_max = 256                    #   limit (Vegas, from latency), which never goes above c_max
+c_max = 256                    #   limit (Vegas, from latency; lifted while the gate's queue
+                               #   keeps growing and that buys throughput), at most c_max
 max_queue = 1024               # waiting requests at most; more are shed (503 / RESOURCE_EXHAUSTED)
 shed_cannot_meet = true        # shed on arrival what would miss its deadline at its queue position
 max_age_ms = 10000             # older GATs are clamped: what a forged context can gain at most

@@ -19,7 +19,7 @@ use tailor_core::{Context, Nanos};
 use tokio::sync::oneshot;
 
 use crate::config::Order;
-use crate::limit::Vegas;
+use crate::limit::Adaptive;
 
 /// Why a request was not let in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,7 +49,7 @@ impl ShedReason {
 #[derive(Clone, Debug)]
 pub enum Limit {
     Fixed(usize),
-    Adaptive(Vegas),
+    Adaptive(Adaptive),
 }
 
 impl Limit {
@@ -91,6 +91,9 @@ struct State {
     /// Mean upstream latency (ns, EWMA) and how many samples made it.
     latency_ewma: f64,
     latency_samples: u64,
+    /// Requests shed once in line or on arrival by the gate's own judgement (queue full,
+    /// cannot meet, deadline passed while waiting): the adaptive limit's sign of overload.
+    sheds: u64,
 }
 
 /// The gate. Cheap to share (`Arc`).
@@ -141,7 +144,7 @@ impl Gate {
         let c_max = config.c_max.max(config.c.unwrap_or(1));
         let limit = match config.c {
             Some(c) => Limit::Fixed(c),
-            None => Limit::Adaptive(Vegas::new(tailor_runtime::available_cpus() * 2, c_max)),
+            None => Limit::Adaptive(Adaptive::new(tailor_runtime::available_cpus() * 2, c_max)),
         };
         let mut st = State {
             policy: build(config.order, c_max),
@@ -154,6 +157,7 @@ impl Gate {
             next_id: 1,
             latency_ewma: 0.0,
             latency_samples: 0,
+            sheds: 0,
         };
         // The policy puts an arrival on its lowest free CPU and finds a completing job by
         // scanning its CPUs from the first; the gate finds an arrival's CPU the same way.
@@ -189,6 +193,7 @@ impl Gate {
         }
         let mut st = self.lock();
         if st.waiting.len() >= self.config.max_queue {
+            st.sheds += 1;
             return Err(ShedReason::QueueFull);
         }
         let id = st.next_id;
@@ -197,6 +202,7 @@ impl Gate {
         if self.config.shed_cannot_meet && st.latency_samples >= 16 {
             if let Some(finish) = st.predicted_finish(self.config.order, &job, now) {
                 if finish > ctx.deadline {
+                    st.sheds += 1;
                     return Err(ShedReason::CannotMeet);
                 }
             }
@@ -401,8 +407,29 @@ impl State {
         self.latency_samples += 1;
         let a = if self.latency_samples < 16 { 1.0 / self.latency_samples as f64 } else { 0.05 };
         self.latency_ewma += a * (rtt as f64 - self.latency_ewma);
-        if let Limit::Adaptive(v) = &mut self.limit {
-            let new = v.on_sample(rtt, in_flight);
+        if let Limit::Adaptive(adaptive) = &mut self.limit {
+            let floor = adaptive.floor();
+            let new = adaptive.on_sample(rtt, in_flight, self.waiting.len(), self.sheds);
+            // At most once per backlog window (≥ 256 completions). A raise is news to an
+            // operator (the service was held below what arrives), and so is a service found
+            // full (the queue grows whatever the limit: an overload); a step down is routine.
+            if adaptive.floor() > floor {
+                tracing::info!(
+                    floor = adaptive.floor(),
+                    vegas = adaptive.vegas(),
+                    waiting = self.waiting.len(),
+                    "the gate's queue kept growing with nothing shed; concurrency limit floor raised"
+                );
+            } else if adaptive.floor() < floor && adaptive.at_capacity() {
+                tracing::info!(
+                    floor = adaptive.floor(),
+                    vegas = adaptive.vegas(),
+                    waiting = self.waiting.len(),
+                    "higher limits bought no throughput (the service is full); concurrency limit floor back down"
+                );
+            } else if adaptive.floor() < floor {
+                tracing::debug!(floor = adaptive.floor(), vegas = adaptive.vegas(), "concurrency limit floor lowered");
+            }
             self.set_limit(new);
         }
     }
@@ -480,6 +507,7 @@ impl Place {
             matches!(tokio::time::timeout(left, rx).await, Ok(Ok(())))
         };
         if !admitted {
+            self.gate.lock().sheds += 1;
             return Err(ShedReason::DeadlineExpired); // Place's drop leaves the line
         }
         let in_flight = self.gate.lock().admitted.len();
