@@ -256,5 +256,6 @@ pub fn gate_view(state: &EdgeState) -> GateView {
         (q, i, Some(l))
     });
     let outstanding: usize = state.backends().iter().map(|b| b.outstanding.load(Relaxed)).sum();
-    GateView { queue, in_flight: in_flight.max(outstanding), limit }
+    let limit_floor = state.gate.as_ref().and_then(|g| g.limit_floor());
+    GateView { queue, in_flight: in_flight.max(outstanding), limit, limit_floor }
 }

@@ -228,6 +228,14 @@ impl Gate {
         (st.waiting.len(), st.admitted.len(), st.limit.current())
     }
 
+    /// The adaptive limit's backlog floor; `None` for a fixed limit.
+    pub fn limit_floor(&self) -> Option<usize> {
+        match &self.lock().limit {
+            Limit::Fixed(_) => None,
+            Limit::Adaptive(adaptive) => Some(adaptive.floor()),
+        }
+    }
+
     fn leave(&self, id: JobId, rtt: Option<(Nanos, usize)>) {
         let mut st = self.lock();
         if let Some((_, cpu)) = st.admitted.remove(&id) {
@@ -569,6 +577,12 @@ mod tests {
             Admission::Later(rx) => rx.try_recv().is_ok(),
             Admission::Taken => false,
         }
+    }
+
+    #[test]
+    fn only_an_adaptive_limit_reports_a_floor() {
+        assert_eq!(gate(Order::Orf, Some(2)).limit_floor(), None);
+        assert_eq!(gate(Order::Orf, None).limit_floor(), Some(1), "no backlog yet: no floor");
     }
 
     #[tokio::test]

@@ -118,6 +118,8 @@ pub struct GateView {
     pub in_flight: usize,
     /// The concurrency limit; `None` where there is no gate (an edge without a cap).
     pub limit: Option<usize>,
+    /// The adaptive limit's backlog floor (1: none); `None` for a fixed limit or no gate.
+    pub limit_floor: Option<usize>,
 }
 
 /// Labelled counts of `counts` in the order of `labels`.
@@ -136,7 +138,7 @@ pub fn registry(metrics: &Arc<Metrics>, gate: impl Fn() -> GateView + Send + Syn
     };
     let (m1, m2, m3, m4, m5, m6) =
         (metrics.clone(), metrics.clone(), metrics.clone(), metrics.clone(), metrics.clone(), metrics.clone());
-    let (g1, g2, g3) = (gate.clone(), gate.clone(), gate);
+    let (g1, g2, g3, g4) = (gate.clone(), gate.clone(), gate.clone(), gate);
     let scraped = Scraped::new()
         .counter("tailor_proxy_requests", "Requests received.", count(|m| &m.requests))
         .counter(
@@ -176,6 +178,11 @@ pub fn registry(metrics: &Arc<Metrics>, gate: impl Fn() -> GateView + Send + Syn
             "tailor_proxy_concurrency_limit",
             "Requests allowed inside the upstream at once (absent without a gate).",
             move || g3().limit.map(|l| l as f64),
+        )
+        .gauge_if(
+            "tailor_proxy_concurrency_limit_floor",
+            "The adaptive limit's floor, raised while the gate's queue keeps growing with nothing shed (1: none; absent for a fixed c).",
+            move || g4().limit_floor.map(|l| l as f64),
         )
         .counter_family("tailor_proxy_shed", "Requests shed, by reason.", None, "reason", move || {
             ShedReason::ALL
@@ -229,7 +236,7 @@ mod tests {
         m.shed(ShedReason::CannotMeet);
         m.queue_wait.observe(2_000_000);
         m.inbound(Inbound::Rejected(WireError::BadMac));
-        let text = render(&m, GateView { queue: 3, in_flight: 2, limit: Some(4) });
+        let text = render(&m, GateView { queue: 3, in_flight: 2, limit: Some(4), limit_floor: Some(1) });
         assert!(text.contains("tailor_proxy_shed_total{reason=\"cannot_meet\"} 1\n"), "{text}");
         assert!(text.contains("tailor_proxy_shed_total{reason=\"queue_full\"} 0\n"));
         assert!(text.contains("tailor_proxy_queue_wait_seconds_bucket{le=\"0.0025\"} 1\n"));
@@ -238,11 +245,12 @@ mod tests {
         assert!(text.contains("# TYPE tailor_proxy_mac_failures_total counter\ntailor_proxy_mac_failures_total 1\n"));
         assert!(text.contains("tailor_proxy_queue_length 3\n"));
         assert!(text.contains("tailor_proxy_concurrency_limit 4\n"));
+        assert!(text.contains("tailor_proxy_concurrency_limit_floor 1\n"));
         assert!(text.contains("tailor_proxy_context_errors_total{kind=\"bad_mac\"} 0\n"));
         assert!(text.contains("tailor_proxy_relay_errors_total{kind=\"upstream_tls\"} 0\n"));
         assert!(text.contains("tailor_proxy_relay_errors_total{kind=\"upstream_body_timeout\"} 0\n"));
         assert!(text.contains("tailor_proxy_client_write_timeouts_total 0\n"));
-        let edge = render(&m, GateView { queue: 0, in_flight: 0, limit: None });
+        let edge = render(&m, GateView { queue: 0, in_flight: 0, limit: None, limit_floor: None });
         assert!(!edge.contains("tailor_proxy_concurrency_limit"), "{edge}");
     }
 }

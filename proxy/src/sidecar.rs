@@ -263,7 +263,7 @@ pub async fn egress(
 /// What the admin endpoint shows of the sidecar now: its gate.
 pub fn gate_view(state: &SidecarState) -> GateView {
     let (queue, in_flight, limit) = state.gate.snapshot();
-    GateView { queue, in_flight, limit: Some(limit) }
+    GateView { queue, in_flight, limit: Some(limit), limit_floor: state.gate.limit_floor() }
 }
 
 #[cfg(test)]
