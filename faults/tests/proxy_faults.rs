@@ -181,18 +181,40 @@ fn connections_beyond_the_cap_get_503_and_the_cap_frees() {
 #[test]
 fn twice_the_capacity_keeps_goodput_sheds_by_deadline_and_recovers() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let r = overload::run(exe(), OverloadPlan::short());
-    eprintln!("{}", r.markdown());
-    assert!(r.capacity_rps > 0.0 && r.sent > 0, "{r:?}");
-    // Generous CI margins; the 60 s run's numbers are in docs/proxy.md.
-    assert!(r.goodput_rps >= 0.75 * r.capacity_rps, "goodput below 75% of capacity: {r:?}");
-    assert_eq!(r.shed_by("queue_full") + r.shed_by("connection_limit"), 0, "shed by deadline first: {r:?}");
-    assert!(r.shed_by("deadline_expired") + r.shed_by("cannot_meet") > 0, "nothing shed at 2x: {r:?}");
-    assert_eq!(r.other, 0, "answers neither 200 nor shed: {r:?}");
+    // The timing checks get a second run: a 5 s overload on a shared 2-vCPU VM is sometimes
+    // caught by a stall of the machine (once in CI: goodput 63%, a third of the answers
+    // late, where every rerun gave 97–99%). The exact properties are checked on every run.
+    let mut failures = Vec::new();
+    for attempt in 1..=2 {
+        let r = overload::run(exe(), OverloadPlan::short());
+        eprintln!("run {attempt}:\n{}", r.markdown());
+        assert!(r.capacity_rps > 0.0 && r.sent > 0, "{r:?}");
+        assert_eq!(r.shed_by("queue_full") + r.shed_by("connection_limit"), 0, "shed by deadline first: {r:?}");
+        assert!(r.shed_by("deadline_expired") + r.shed_by("cannot_meet") > 0, "nothing shed at 2x: {r:?}");
+        assert_eq!(r.other, 0, "answers neither 200 nor shed: {r:?}");
+        assert!(r.rss_peak_mib < 256.0, "RSS not bounded: {r:?}");
+        match overload_timing_failure(&r) {
+            None => return,
+            Some(why) => failures.push(format!("run {attempt}: {why}: {r:?}")),
+        }
+    }
+    panic!("the overload's timing failed in both runs:\n{}", failures.join("\n"));
+}
+
+/// Which of the overload's timing checks `r` fails, if any. Generous CI margins; the 60 s
+/// run's numbers are in docs/proxy.md.
+fn overload_timing_failure(r: &overload::OverloadReport) -> Option<&'static str> {
+    if r.goodput_rps < 0.75 * r.capacity_rps {
+        return Some("goodput below 75% of capacity");
+    }
     // Back to normal: the second second after the overload is no worse than 3x the calm
     // before it plus one budget (the overload's queue is bounded by the deadlines).
-    assert!(r.p99_after_1_2s_ms <= 3.0 * r.p99_before_ms + 100.0, "p99 after the overload did not come back: {r:?}");
+    if r.p99_after_1_2s_ms > 3.0 * r.p99_before_ms + 100.0 {
+        return Some("p99 after the overload did not come back");
+    }
     // The queue the overload built (bounded by the 100 ms deadlines) is gone within 1 s.
-    assert!(r.drained_after_ms < 1000.0, "the overload's queue took over 1 s to drain: {r:?}");
-    assert!(r.rss_peak_mib < 256.0, "RSS not bounded: {r:?}");
+    if r.drained_after_ms >= 1000.0 {
+        return Some("the overload's queue took over 1 s to drain");
+    }
+    None
 }
