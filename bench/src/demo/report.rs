@@ -119,10 +119,11 @@ pub fn verdict(report: &DemoReport) -> String {
             let target = if base == "linux" { 40.0 } else { 25.0 };
             let _ = writeln!(
                 s,
-                "- {w}, ρ={top:.2}: {} p99 {:.2} ms vs {base} {:.2} ms: {cut:+.0}% cut (goal ≥ {target:.0}%: {}); reordering {:.1}% vs {:.1}%; mean {:.2} vs {:.2} ms; throughput {:.0} vs {:.0} req/s",
+                "- {w}, ρ={top:.2}: {} p99 {:.2} ms vs {base} {:.2} ms: {} (goal ≥ {target:.0}% lower: {}); reordering {:.1}% vs {:.1}%; mean {:.2} vs {:.2} ms; throughput {:.0} vs {:.0} req/s",
                 orf.mode_name,
                 orf.summary.latency_ms.p99,
                 b.summary.latency_ms.p99,
+                if cut >= 0.0 { format!("{cut:.0}% lower") } else { format!("{:.0}% higher", -cut) },
                 if cut >= target { "met" } else { "not met" },
                 orf.summary.reordering_pct,
                 b.summary.reordering_pct,
