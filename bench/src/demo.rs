@@ -80,6 +80,10 @@ pub struct RunResult {
     pub predicted_mean_ms: Option<f64>,
     pub predicted_reordering_pct: Option<f64>,
     pub predicted_error: Option<String>,
+    /// Attempts at this run discarded because other processes took CPU time during them
+    /// (≥ `DISTURBED_BACKGROUND_CPUS`); this is the quietest attempt. Its logs are
+    /// `logs/<run>-rerunN-*.log` when a rerun was kept.
+    pub disturbed_runs: u32,
     /// Files written for this run, relative to the output directory.
     pub files: Vec<String>,
 }
@@ -323,10 +327,48 @@ pub fn run(cfg: &DemoConfig, progress: &dyn Progress) -> Result<DemoReport, Demo
                 if skipped.iter().any(|s| s.mode == mode.name()) {
                     continue;
                 }
-                match run_mode(cfg, mode, &plan, &logs_dir, &run_stem(mode, w, load)) {
-                    Ok((records, usage)) => {
-                        let result =
-                            finish_run(cfg, mode, w, load, rate, seed, &calibration, &records, usage, &runs_dir)?;
+                let stem = run_stem(mode, w, load);
+                let mut attempt = run_mode(cfg, mode, &plan, &logs_dir, &stem).map(|(r, u)| (r, u, stem.clone()));
+                let mut disturbed_runs = 0;
+                // A run during which other jobs took CPU time says more about them than
+                // about the mode: run it again, and keep the quietest of the attempts.
+                while let Ok((_, usage, _)) = &attempt {
+                    if usage.background_cpus < DISTURBED_BACKGROUND_CPUS || disturbed_runs == RERUNS_WHEN_DISTURBED {
+                        break;
+                    }
+                    disturbed_runs += 1;
+                    progress.line(&format!(
+                        "{} {w} ρ={load}: other processes took {:.2} CPUs during the run; running it again ({disturbed_runs} of at most {RERUNS_WHEN_DISTURBED})",
+                        mode.name(),
+                        usage.background_cpus
+                    ));
+                    let log_stem = format!("{stem}-rerun{disturbed_runs}");
+                    match run_mode(cfg, mode, &plan, &logs_dir, &log_stem) {
+                        Ok((records, again)) => {
+                            if again.background_cpus < usage.background_cpus {
+                                attempt = Ok((records, again, log_stem));
+                            }
+                        }
+                        Err(RunModeError::Skip(reason)) => {
+                            progress.line(&format!("the rerun could not run ({reason}); keeping the first"));
+                            disturbed_runs -= 1;
+                            break;
+                        }
+                        Err(RunModeError::Fatal(e)) => return Err(e),
+                    }
+                }
+                match attempt {
+                    Ok((records, usage, log_stem)) => {
+                        let mut result = finish_run(
+                            cfg,
+                            mode,
+                            (w, load, rate, seed),
+                            &calibration,
+                            &records,
+                            usage,
+                            (&runs_dir, &log_stem),
+                        )?;
+                        result.disturbed_runs = disturbed_runs;
                         progress.line(&row_line(&result));
                         runs.push(result);
                     }
@@ -502,19 +544,26 @@ pub fn kernel_unavailable(cfg: &DemoConfig) -> Option<String> {
 /// of a default demo run's 3,300 requests take well under a second.
 const PREDICTION_RUNS: usize = 30;
 
-#[allow(clippy::too_many_arguments)]
+/// Other processes' CPUs during a run (`CpuUsage::background_cpus`) from which the run is
+/// taken as disturbed and run again. A quiet machine reads ~0.0; at ρ 0.85 a fifth of a
+/// CPU taken by a build or a copy turned a linux run's p99 from ~50 ms into 746 ms.
+const DISTURBED_BACKGROUND_CPUS: f64 = 0.1;
+/// How many times a disturbed run is run again at most (the quietest attempt is kept).
+const RERUNS_WHEN_DISTURBED: u32 = 2;
+
+/// `point`: the run's workload, load, rate and seed; `files`: the runs directory and the
+/// stem its agent and tier logs were written under (a rerun's differs from the run's).
 fn finish_run(
     cfg: &DemoConfig,
     mode: Mode,
-    w: Workload,
-    load: f64,
-    rate: f64,
-    seed: u64,
+    point: (Workload, f64, f64, u64),
     calibration: &Calibration,
     records: &[crate::record::RequestRecord],
     cpu: CpuUsage,
-    runs_dir: &Path,
+    files: (&Path, &str),
 ) -> Result<RunResult, DemoError> {
+    let (w, load, rate, seed) = point;
+    let (runs_dir, log_stem) = files;
     let requests_run = records.len().max(1) as f64;
     let mean_demand_us = records.iter().map(|r| r.total_demand_ns() as f64 / 1e3).sum::<f64>() / requests_run;
     let summary = summarize(records, cfg.warmup, cfg.tiers as u32, cfg.cores);
@@ -532,13 +581,13 @@ fn finish_run(
     // The gate's hand-off: measured by the tiers in this run (their last log line).
     let logs_dir = cfg.out.join("logs");
     let tiers = TierStats::sum((0..cfg.tiers).filter_map(|i| {
-        let log = logs_dir.join(format!("{stem}-tier{i}.log"));
+        let log = logs_dir.join(format!("{log_stem}-tier{i}.log"));
         TierStats::from_log(&std::fs::read_to_string(log).ok()?)
     }));
     let handoff_wakeup_us = tiers.handoff_wakeup_us();
     let agent = mode
         .kernel_enforced()
-        .then(|| std::fs::read_to_string(logs_dir.join(format!("{stem}-agent.log"))).ok())
+        .then(|| std::fs::read_to_string(logs_dir.join(format!("{log_stem}-agent.log"))).ok())
         .flatten()
         .and_then(|text| AgentReport::from_log(&text));
     let agent_cpu_per_rotation_us =
@@ -601,6 +650,7 @@ fn finish_run(
         predicted_mean_ms: mean,
         predicted_reordering_pct: reord,
         predicted_error: err,
+        disturbed_runs: 0,
         files: vec![
             format!("runs/{stem}.json"),
             format!("runs/{stem}.csv"),

@@ -4,12 +4,17 @@
 use std::path::Path;
 use std::process::Command;
 
+/// One demo at a time: a demo counts other processes' CPU (the rerun test's spinner would
+/// disturb the other test's runs and have them run again).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn tailor() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tailor"))
 }
 
 #[test]
 fn quick_demo_completes_every_request_propagates_the_gat_and_writes_all_outputs() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let out = std::env::temp_dir().join(format!("tailor-demo-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let run = tailor().args(["demo", "--quick", "--out"]).arg(&out).output().expect("runs tailor");
@@ -110,4 +115,36 @@ fn bad_arguments_get_a_clear_error() {
     assert!(err.contains("for '--modes <MODES>': unknown mode `cfs`"), "{err}");
     let run = tailor().args(["demo", "--loads", "1.2", "--modes", "linux"]).output().unwrap();
     assert!(String::from_utf8_lossy(&run.stderr).contains("--loads: 1.2 is not a utilization"));
+}
+
+/// A run during which another process keeps a CPU busy is run again (twice at most) and the
+/// quietest attempt kept, and the output says so. A spinner this test starts stays on for
+/// the whole invocation, so every attempt is disturbed: two reruns, each announced.
+#[test]
+fn a_run_disturbed_by_other_processes_is_run_again() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = std::env::temp_dir().join(format!("tailor-demo-rerun-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let mut spinner = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().expect("sh runs");
+    let run = tailor()
+        .args(["demo", "--quick", "--modes", "linux", "--workload", "exp", "--loads", "0.5", "--out"])
+        .arg(&out)
+        .output();
+    let _ = spinner.kill();
+    let _ = spinner.wait();
+    let run = run.expect("runs tailor");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "tailor demo failed\nstderr:\n{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("demo.json")).unwrap()).expect("demo.json parses");
+    let r = &report["runs"][0];
+    assert!(r["cpu"]["background_cpus"].as_f64().unwrap() >= 0.1, "the spinner was not seen: {}", r["cpu"]);
+    assert_eq!(r["disturbed_runs"], 2, "{stderr}");
+    for n in 1..=2 {
+        assert!(stderr.contains(&format!("running it again ({n} of at most 2)")), "rerun {n} not announced:\n{stderr}");
+    }
+    assert_eq!(r["summary"]["ok"], 300, "the kept attempt is a whole run: {}", r["summary"]);
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("(2 reruns)"), "{md}");
+    let _ = std::fs::remove_dir_all(&out);
 }

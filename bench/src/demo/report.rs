@@ -26,7 +26,7 @@ fn errors(s: &RunSummary) -> u64 {
 pub(super) fn row_line(r: &RunResult) -> String {
     let s = &r.summary;
     format!(
-        "{:<8} {:<9} ρ={:.2} (effective {:.2}) {:>5.0} req/s  p50 {:>7.2}  p99 {:>7.2} (sim {:>7}, 80% of simulated runs {})  p99.9 {:>7.2}  mean {:>6.2} ms  reorder {:>4.1}%  errors {}  background {:.1} CPUs  overhead {:.0} µs/req{}",
+        "{:<8} {:<9} ρ={:.2} (effective {:.2}) {:>5.0} req/s  p50 {:>7.2}  p99 {:>7.2} (sim {:>7}, 80% of simulated runs {})  p99.9 {:>7.2}  mean {:>6.2} ms  reorder {:>4.1}%  errors {}  background {:.1} CPUs{}  overhead {:.0} µs/req{}",
         r.mode_name,
         r.workload,
         r.load,
@@ -41,6 +41,10 @@ pub(super) fn row_line(r: &RunResult) -> String {
         s.reordering_pct,
         errors(s),
         r.cpu.background_cpus,
+        match r.disturbed_runs {
+            0 => String::new(),
+            n => format!(" (quietest of {} attempts)", n + 1),
+        },
         r.overhead_per_request_us,
         match (r.handoff_us, r.handoff_wakeup_us) {
             (Some(all), Some(wake)) => format!(
@@ -95,7 +99,10 @@ pub fn results_table(report: &DemoReport) -> String {
                 format!("{:.1}", s.reordering_pct),
                 format!("{:.2}", s.ideal.ratio.p99),
                 errors(s).to_string(),
-                format!("{:.2}", r.cpu.background_cpus),
+                match r.disturbed_runs {
+                    0 => format!("{:.2}", r.cpu.background_cpus),
+                    n => format!("{:.2} ({n} rerun{})", r.cpu.background_cpus, if n == 1 { "" } else { "s" }),
+                },
             ]
         })
         .collect();
@@ -188,7 +195,7 @@ pub(super) fn report_markdown(cfg: &DemoConfig, report: &DemoReport) -> String {
     );
     let _ = writeln!(
         s,
-        "Load generator alone: {:.0} req/s completed of {:.0} offered (p99 send lag {:.0} µs). The chain with zero demand, unloaded: p50 {:.0} µs, {:.0} µs of CPU per request (the simulator adds it as a CPU stage on the shared host), {:.0} µs per hop beyond it (the simulator's network delay); rates from {:.0} µs of overhead per request{}. `bg CPUs`: CPUs' worth used by other processes during the run (a quiet machine has ~0). CPU idle states: {}.\n",
+        "Load generator alone: {:.0} req/s completed of {:.0} offered (p99 send lag {:.0} µs). The chain with zero demand, unloaded: p50 {:.0} µs, {:.0} µs of CPU per request (the simulator adds it as a CPU stage on the shared host), {:.0} µs per hop beyond it (the simulator's network delay); rates from {:.0} µs of overhead per request{}. `bg CPUs`: CPUs' worth used by other processes during the run (a quiet machine has ~0); a run during which they took ≥ 0.1 is run again, up to twice, and the quietest attempt kept (\"N reruns\"). CPU idle states: {}.\n",
         report.generator_max_rps, report.generator_offered_rps, report.generator_p99_lag_us, report.calibration.p50_us, report.calibration.overhead_us, report.calibration.hop_us,
         report.calibration.rate_overhead_us, if cfg.overhead_us.is_some() { " (--overhead-us)" } else { "" },
         if report.idle_states == "off" { "off (/dev/cpu_dma_latency held at 0: idle CPUs poll)" } else { "the machine's" }
