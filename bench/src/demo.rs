@@ -315,6 +315,9 @@ pub fn run(cfg: &DemoConfig, progress: &dyn Progress) -> Result<DemoReport, Demo
     let runnable = cfg.modes.iter().filter(|m| !skipped.iter().any(|s| s.mode == m.name())).count();
     progress.start((cfg.workloads.len() * cfg.loads.len() * runnable) as u64, "runs");
     let mut steps = 0u64;
+    // Runs in a row whose reruns found no quiet attempt: past `BUSY_THROUGHOUT_AFTER`, the
+    // machine is taken to be busy throughout and reruns stop (they would triple the time).
+    let mut rerun_in_vain = 0;
     // Point-major order: at each (workload, load) every mode runs back to back
     // with a fresh chain, so background load on a shared machine (which comes
     // and goes) hits the modes alike instead of one mode's whole sweep.
@@ -333,7 +336,10 @@ pub fn run(cfg: &DemoConfig, progress: &dyn Progress) -> Result<DemoReport, Demo
                 // A run during which other jobs took CPU time says more about them than
                 // about the mode: run it again, and keep the quietest of the attempts.
                 while let Ok((_, usage, _)) = &attempt {
-                    if usage.background_cpus < DISTURBED_BACKGROUND_CPUS || disturbed_runs == RERUNS_WHEN_DISTURBED {
+                    if usage.background_cpus < DISTURBED_BACKGROUND_CPUS
+                        || disturbed_runs == RERUNS_WHEN_DISTURBED
+                        || rerun_in_vain >= BUSY_THROUGHOUT_AFTER
+                    {
                         break;
                     }
                     disturbed_runs += 1;
@@ -359,6 +365,16 @@ pub fn run(cfg: &DemoConfig, progress: &dyn Progress) -> Result<DemoReport, Demo
                 }
                 match attempt {
                     Ok((records, usage, log_stem)) => {
+                        if disturbed_runs > 0 && usage.background_cpus >= DISTURBED_BACKGROUND_CPUS {
+                            rerun_in_vain += 1;
+                            if rerun_in_vain == BUSY_THROUGHOUT_AFTER {
+                                progress.line(&format!(
+                                    "other processes stayed busy through the reruns of {rerun_in_vain} runs in a row: the remaining runs run once each (their bg CPUs say how busy)"
+                                ));
+                            }
+                        } else if usage.background_cpus < DISTURBED_BACKGROUND_CPUS {
+                            rerun_in_vain = 0;
+                        }
                         let mut result = finish_run(
                             cfg,
                             mode,
@@ -550,6 +566,8 @@ const PREDICTION_RUNS: usize = 30;
 const DISTURBED_BACKGROUND_CPUS: f64 = 0.1;
 /// How many times a disturbed run is run again at most (the quietest attempt is kept).
 const RERUNS_WHEN_DISTURBED: u32 = 2;
+/// Runs in a row whose reruns were all disturbed, after which reruns stop.
+const BUSY_THROUGHOUT_AFTER: u32 = 3;
 
 /// `point`: the run's workload, load, rate and seed; `files`: the runs directory and the
 /// stem its agent and tier logs were written under (a rerun's differs from the run's).
