@@ -210,7 +210,7 @@ pub fn main(mut args: BenchProxyArgs) -> Result<(), String> {
         effect::write(&report, &cfg.workloads, &args.out)?;
         let _ = writeln!(
             md,
-            "## Effect\n\nedge → Go → Python ({} workers) → Go, {} CPUs, c = {} per sidecar, mean demand {} ms per tier, ρ counting {:.0} µs of the chain's own CPU per request, {} measured requests per run after {}; seeds {:?}; load average {} before, {} after; {:.0} s.\n\n{}\n{}",
+            "## Effect\n\nedge → Go → Python ({} workers) → Go, {} CPUs, c = {} per sidecar, mean demand {} ms per tier, ρ counting {:.0} µs of the chain's own CPU per request, {} measured requests per run after {}; seeds {:?}; load average {} before, {} after; {:.0} s.\n\n{}\n{}\n{}",
             report.python_workers,
             report.cores,
             report.c,
@@ -223,7 +223,8 @@ pub fn main(mut args: BenchProxyArgs) -> Result<(), String> {
             report.load_average_after,
             report.wall_seconds,
             effect::table(&report),
-            effect::verdict(&report)
+            effect::verdict(&report),
+            effect::cpu_table(&report)
         );
         for w in &cfg.workloads {
             let _ = writeln!(md, "![p99 vs load, {w}](effect-p99-{w}.svg)\n");

@@ -136,6 +136,11 @@ impl Processes {
     pub fn pids(&self) -> Vec<u32> {
         self.0.iter().map(|m| m.child.id()).collect()
     }
+
+    /// Each process's name (as started) and id, in start order.
+    pub fn named_pids(&self) -> Vec<(&'static str, u32)> {
+        self.0.iter().map(|m| (m.name, m.child.id())).collect()
+    }
 }
 
 impl Drop for Processes {

@@ -29,7 +29,7 @@ use crate::record::{summarize, RunSummary};
 use crate::workload::Workload;
 
 mod report;
-pub use report::{plot, table, verdict, write};
+pub use report::{cpu_table, plot, table, verdict, write};
 
 /// Tiers behind the edge: Go, Python, Go.
 pub const TIERS: usize = 3;
@@ -219,7 +219,8 @@ impl ProxyChain {
             std::fs::write(&conf, toml).map_err(|e| format!("writing {}: {e}", conf.display()))?;
             let mut sidecar = Command::new(&programs.tailor);
             sidecar.args(["proxy", "sidecar", "--config"]).arg(&conf);
-            procs.start_printing("sidecar", sidecar, &log(&format!("sidecar{tier}")), "sidecar ready")?;
+            const SIDECARS: [&str; TIERS] = ["sidecar0", "sidecar1", "sidecar2"];
+            procs.start_printing(SIDECARS[tier], sidecar, &log(&format!("sidecar{tier}")), "sidecar ready")?;
             sidecar_addrs[tier] = format!("127.0.0.1:{listen}");
             sidecar_admins[tier] = format!("127.0.0.1:{admin}");
             next = Some(sidecar_addrs[tier].clone());
@@ -276,6 +277,16 @@ impl ProxyChain {
 
     pub fn pids(&self) -> Vec<u32> {
         self.procs.pids()
+    }
+
+    /// CPU time so far of each of the chain's processes (with the processes it forked: the
+    /// Python tier's workers) and of this process (the load generator and the limit
+    /// sampler, named `generator`), ns.
+    fn cpu_ns_by_process(&self) -> Vec<(&'static str, u64)> {
+        let mut v: Vec<(&'static str, u64)> =
+            self.procs.named_pids().into_iter().map(|(name, pid)| (name, cpuacct::tree_cpu_ns(pid))).collect();
+        v.push(("generator", cpuacct::process_cpu_ns(std::process::id())));
+        v
     }
 
     /// A gauge or counter of tier `tier`'s sidecar, from its /metrics.
@@ -368,9 +379,48 @@ pub struct Calibration {
     pub sidecars: Sidecars,
     /// CPU per request of every process of the chain and the generator, µs.
     pub overhead_us: f64,
+    /// The same per process: where the chain's own CPU goes at zero demand.
+    pub cpu_by_process_us: Vec<ProcessCpu>,
     pub p50_us: f64,
     /// Latency per hop beyond that CPU (the simulator's network delay), µs.
     pub hop_us: f64,
+}
+
+/// One process's CPU per request over a run, µs: a tier's service (`go-0`, `python`,
+/// `go-2`, demand included), a sidecar, the edge, or the benchmark's own process
+/// (`generator`: the load generator and the limit sampler).
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcessCpu {
+    pub process: &'static str,
+    pub us: f64,
+}
+
+impl ProcessCpu {
+    /// The tier whose demand this process burns, if it is a tier's service.
+    pub fn tier(&self) -> Option<usize> {
+        match self.process {
+            "go-0" => Some(0),
+            "python" => Some(1),
+            "go-2" => Some(2),
+            _ => None,
+        }
+    }
+}
+
+/// Per process, the CPU time between two `ProxyChain::cpu_ns_by_process` readings per request, µs.
+fn cpu_by_process_us(
+    before: &[(&'static str, u64)],
+    after: &[(&'static str, u64)],
+    requests: usize,
+) -> Vec<ProcessCpu> {
+    before
+        .iter()
+        .zip(after)
+        .map(|(&(process, b), &(_, a))| ProcessCpu {
+            process,
+            us: a.saturating_sub(b) as f64 / 1e3 / requests.max(1) as f64,
+        })
+        .collect()
 }
 
 /// One measured run and its prediction.
@@ -385,6 +435,10 @@ pub struct EffectRun {
     pub cpu: CpuUsage,
     /// CPU per request beyond the demand in this run, µs (what the model charges).
     pub overhead_us: f64,
+    /// CPU per request of each process, µs, and the mean demand each tier burned per
+    /// request, µs (tier order): a tier's CPU less its demand is what it cost beyond it.
+    pub cpu_by_process_us: Vec<ProcessCpu>,
+    pub mean_demand_us: [f64; TIERS],
     /// The first sidecar's concurrency limit over the run (sampled every 250 ms).
     pub limit: Option<LimitSeen>,
     /// The `c` the prediction models (the adaptive limit's mean, rounded).
@@ -436,14 +490,16 @@ fn calibrate(chain: &ProxyChain) -> Result<Calibration, String> {
     };
     send(&chain.entry, &zero(100), Duration::from_secs(10))?;
     let pids = chain.pids();
-    let before = cpuacct::snapshot(&pids);
+    let (before, before_each) = (cpuacct::snapshot(&pids), chain.cpu_ns_by_process());
     let records = send(&chain.entry, &zero(300), Duration::from_secs(10))?;
     let cpu = cpuacct::usage(&before, &cpuacct::snapshot(&pids), records.len());
+    let cpu_by_process_us = cpu_by_process_us(&before_each, &chain.cpu_ns_by_process(), records.len());
     let s = summarize(&records, 0, TIERS as u32, 1);
     let p50_us = s.latency_ms.p50 * 1e3;
     Ok(Calibration {
         sidecars: chain.sidecars,
         overhead_us: cpu.cpu_per_request_us,
+        cpu_by_process_us,
         p50_us,
         hop_us: ((p50_us - cpu.cpu_per_request_us) / (TIERS + 1) as f64).max(0.0),
     })
@@ -498,9 +554,16 @@ pub fn run(programs: &Programs, cfg: &EffectConfig, say: &dyn Progress) -> Resul
                     let chain = &chains[k];
                     let cal = calibrations.iter().find(|c| c.sidecars == chain.sidecars).expect("calibrated");
                     let pids = chain.pids();
-                    let before = cpuacct::snapshot(&pids);
+                    let (before, before_each) = (cpuacct::snapshot(&pids), chain.cpu_ns_by_process());
                     let (records, limit) = send_sampling(chain, &plan, demo.timeout)?;
                     let cpu = cpuacct::usage(&before, &cpuacct::snapshot(&pids), records.len());
+                    let cpu_by_process_us = cpu_by_process_us(&before_each, &chain.cpu_ns_by_process(), records.len());
+                    let mut demand_by_tier_us = [0.0; TIERS];
+                    for r in &records {
+                        for (tier, d) in demand_by_tier_us.iter_mut().zip(&r.demands_us) {
+                            *tier += *d as f64 / records.len() as f64;
+                        }
+                    }
                     let summary = summarize(&records, cfg.warmup, TIERS as u32, cfg.cores);
                     let mean_demand_us = records.iter().map(|r| r.total_demand_ns() as f64 / 1e3).sum::<f64>()
                         / records.len().max(1) as f64;
@@ -538,6 +601,8 @@ pub fn run(programs: &Programs, cfg: &EffectConfig, say: &dyn Progress) -> Resul
                         summary,
                         cpu,
                         overhead_us,
+                        cpu_by_process_us,
+                        mean_demand_us: demand_by_tier_us,
                         limit,
                         predicted_c: (chain.sidecars != Sidecars::None).then_some(predicted_c),
                         predicted_p99_ms: p99,

@@ -111,6 +111,62 @@ pub fn table(r: &EffectReport) -> String {
     s
 }
 
+/// Where each chain's own CPU goes: per process, µs per request beyond the demand (a tier's
+/// service less the demand it burned), at zero demand (the calibration) and under load (the
+/// median over each point's runs). The model charges the total; this says which process
+/// grows with the load.
+pub fn cpu_table(r: &EffectReport) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for p in
+        r.calibrations.iter().flat_map(|c| &c.cpu_by_process_us).chain(r.runs.iter().flat_map(|x| &x.cpu_by_process_us))
+    {
+        if !names.contains(&p.process) {
+            names.push(p.process);
+        }
+    }
+    if names.is_empty() {
+        return String::new();
+    }
+    let mut s = format!(
+        "Each chain's own CPU per request beyond the demand, µs, by process (a tier's service less the demand it burned; `generator`: the benchmark's own process):\n\n| sidecars | at | {} | total |\n|---|---|{}---|\n",
+        names.join(" | "),
+        "---|".repeat(names.len())
+    );
+    let mut row = |mode: Sidecars, at: String, cells: Vec<Option<f64>>| {
+        let total: f64 = cells.iter().flatten().sum();
+        let cells: Vec<String> = cells.iter().map(|c| c.map_or("–".into(), |v| format!("{v:.0}"))).collect();
+        let _ = writeln!(s, "| {} | {at} | {} | {total:.0} |", mode.name(), cells.join(" | "));
+    };
+    for mode in Sidecars::ALL {
+        if let Some(c) = r.calibrations.iter().find(|c| c.sidecars == mode) {
+            let cells =
+                names.iter().map(|n| c.cpu_by_process_us.iter().find(|p| p.process == *n).map(|p| p.us)).collect();
+            row(mode, "zero demand".into(), cells);
+        }
+        for (w, rho) in points(r) {
+            let runs = runs_of(r, mode, &w, rho);
+            if runs.is_empty() {
+                continue;
+            }
+            let cells = names
+                .iter()
+                .map(|n| {
+                    let beyond: Vec<f64> = runs
+                        .iter()
+                        .filter_map(|x| {
+                            let p = x.cpu_by_process_us.iter().find(|p| p.process == *n)?;
+                            Some(p.us - p.tier().map_or(0.0, |t| x.mean_demand_us[t]))
+                        })
+                        .collect();
+                    (!beyond.is_empty()).then(|| upper_median(&beyond))
+                })
+                .collect();
+            row(mode, format!("{w} ρ {rho:.2}"), cells);
+        }
+    }
+    s
+}
+
 /// The targets: GAT-ordering sidecars' p99 (orf, orf-chain) ≥ 30% below none's at the
 /// highest load, and the simulator within 20% of every measured median p99.
 pub fn verdict(r: &EffectReport) -> String {
@@ -191,7 +247,7 @@ pub fn plot(r: &EffectReport, w: Workload) -> String {
 pub fn write(r: &EffectReport, workloads: &[Workload], out: &Path) -> Result<Vec<PathBuf>, String> {
     let mut files = vec![
         ("effect.json".to_string(), serde_json::to_string_pretty(r).expect("serializes")),
-        ("effect.md".to_string(), format!("{}\n{}", table(r), verdict(r))),
+        ("effect.md".to_string(), format!("{}\n{}\n{}", table(r), verdict(r), cpu_table(r))),
     ];
     files.extend(workloads.iter().map(|w| (format!("effect-p99-{w}.svg"), plot(r, *w))));
     super::super::write_files(out, files)

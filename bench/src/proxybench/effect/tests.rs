@@ -49,6 +49,8 @@ fn run(sidecars: Sidecars, seed: u64, p99: f64, limit: Option<(f64, f64)>) -> Ef
         summary,
         cpu: CpuUsage::default(),
         overhead_us: 2000.0,
+        cpu_by_process_us: Vec::new(),
+        mean_demand_us: [0.0; TIERS],
         limit: limit.and_then(|(lo, hi)| LimitSeen::of(&[(lo, 0.0), (hi, 0.0)])),
         predicted_c: None,
         predicted_p99_ms: Some(p99),
@@ -99,4 +101,38 @@ fn the_table_pairs_each_seed_with_no_sidecars_on_the_same_requests() {
     let table = super::table(&report(SidecarC::Fixed(3), alone));
     let row = table.lines().find(|l| l.contains("| orf-chain |")).expect("an orf-chain row");
     assert!(row.contains("| orf-chain | 3 |") && row.contains("| -30% / -20% (-20%) |"), "{row}");
+}
+
+/// The CPU table: per process beyond its tier's demand, the median over a point's runs, beside
+/// the calibration's zero-demand reading; a process a chain does not have is "–".
+#[test]
+fn the_cpu_table_takes_each_tier_s_demand_out_and_medians_the_runs() {
+    let cpu = |pairs: &[(&'static str, f64)]| -> Vec<ProcessCpu> {
+        pairs.iter().map(|&(process, us)| ProcessCpu { process, us }).collect()
+    };
+    let mut runs = Vec::new();
+    for (seed, (go, sidecar)) in [(1, (5_300.0, 900.0)), (2, (5_500.0, 700.0)), (3, (5_400.0, 800.0))] {
+        let mut r = run(Sidecars::OrfChain, seed, 100.0, None);
+        r.cpu_by_process_us = cpu(&[("go-0", go), ("sidecar0", sidecar), ("generator", 100.0)]);
+        r.mean_demand_us = [5_000.0, 5_000.0, 5_000.0];
+        runs.push(r);
+    }
+    let mut none = run(Sidecars::None, 1, 150.0, None);
+    none.cpu_by_process_us = cpu(&[("go-0", 5_200.0), ("generator", 90.0)]);
+    none.mean_demand_us = [5_000.0, 5_000.0, 5_000.0];
+    runs.push(none);
+    let mut r = report(SidecarC::Fixed(4), runs);
+    r.calibrations = vec![Calibration {
+        sidecars: Sidecars::OrfChain,
+        overhead_us: 2_000.0,
+        cpu_by_process_us: cpu(&[("go-0", 250.0), ("sidecar0", 400.0), ("generator", 80.0)]),
+        p50_us: 1_500.0,
+        hop_us: 0.0,
+    }];
+    let table = super::report::cpu_table(&r);
+    assert!(table.contains("| sidecars | at | go-0 | sidecar0 | generator | total |"), "{table}");
+    assert!(table.contains("| orf-chain | zero demand | 250 | 400 | 80 | 730 |"), "{table}");
+    // go-0: 300 / 500 / 400 beyond its 5 ms → 400; the sidecar's 900 / 700 / 800 → 800.
+    assert!(table.contains("| orf-chain | exp ρ 0.85 | 400 | 800 | 100 | 1300 |"), "{table}");
+    assert!(table.contains("| none | exp ρ 0.85 | 200 | – | 90 | 290 |"), "{table}");
 }
