@@ -127,6 +127,9 @@ pub fn cpu_table(r: &EffectReport) -> String {
     if names.is_empty() {
         return String::new();
     }
+    // In the order a request meets them, then the generator (unknown names last).
+    const PATH: [&str; 8] = ["edge", "sidecar0", "go-0", "sidecar1", "python", "sidecar2", "go-2", "generator"];
+    names.sort_by_key(|n| PATH.iter().position(|p| p == n).unwrap_or(PATH.len()));
     let mut s = format!(
         "Each chain's own CPU per request beyond the demand, µs, by process (a tier's service less the demand it burned; `generator`: the benchmark's own process):\n\n| sidecars | at | {} | total |\n|---|---|{}---|\n",
         names.join(" | "),

@@ -130,9 +130,10 @@ fn the_cpu_table_takes_each_tier_s_demand_out_and_medians_the_runs() {
         hop_us: 0.0,
     }];
     let table = super::report::cpu_table(&r);
-    assert!(table.contains("| sidecars | at | go-0 | sidecar0 | generator | total |"), "{table}");
-    assert!(table.contains("| orf-chain | zero demand | 250 | 400 | 80 | 730 |"), "{table}");
+    // Columns in the order a request meets the processes.
+    assert!(table.contains("| sidecars | at | sidecar0 | go-0 | generator | total |"), "{table}");
+    assert!(table.contains("| orf-chain | zero demand | 400 | 250 | 80 | 730 |"), "{table}");
     // go-0: 300 / 500 / 400 beyond its 5 ms → 400; the sidecar's 900 / 700 / 800 → 800.
-    assert!(table.contains("| orf-chain | exp ρ 0.85 | 400 | 800 | 100 | 1300 |"), "{table}");
-    assert!(table.contains("| none | exp ρ 0.85 | 200 | – | 90 | 290 |"), "{table}");
+    assert!(table.contains("| orf-chain | exp ρ 0.85 | 800 | 400 | 100 | 1300 |"), "{table}");
+    assert!(table.contains("| none | exp ρ 0.85 | – | 200 | 90 | 290 |"), "{table}");
 }
