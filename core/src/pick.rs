@@ -21,12 +21,18 @@ pub struct DistinctPicker {
     /// The weights not yet picked in the current pick (weighted only).
     left: Vec<f64>,
     picked: Vec<u32>,
+    /// Uniform picks of a few: the positions of `0..n` the shuffle moved and
+    /// what they hold now, latest last.
+    moved: Vec<(u32, u32)>,
 }
+
+/// Uniform picks of at most this many keep only the moved positions.
+const FEW: usize = 16;
 
 impl DistinctPicker {
     /// Every index equally likely.
     pub fn uniform(n: usize) -> Self {
-        DistinctPicker { n, weights: Vec::new(), left: Vec::new(), picked: Vec::with_capacity(n) }
+        DistinctPicker { n, weights: Vec::new(), left: Vec::new(), picked: Vec::with_capacity(n), moved: Vec::new() }
     }
 
     /// Index `i` picked with weight `weights[i]`; all-equal weights pick
@@ -41,7 +47,7 @@ impl DistinctPicker {
         if weights.windows(2).all(|w| w[0] == w[1]) {
             return Self::uniform(n);
         }
-        DistinctPicker { n, left: Vec::with_capacity(n), weights, picked: Vec::with_capacity(n) }
+        DistinctPicker { n, left: Vec::with_capacity(n), weights, picked: Vec::with_capacity(n), moved: Vec::new() }
     }
 
     /// How many indices there are to pick from.
@@ -57,6 +63,21 @@ impl DistinctPicker {
     pub fn pick<R: RandomSource>(&mut self, rng: &mut R, k: usize) -> &[u32] {
         assert!(k <= self.n, "cannot pick {k} distinct of {}", self.n);
         self.picked.clear();
+        if self.weights.is_empty() && k <= FEW {
+            // The same shuffle without writing `0..n` out first (a query of
+            // fan-out 1 out of 100 servers wrote 100 indices for one): step
+            // `i` picks what position `j` holds and moves what `i` held there.
+            let moved = &mut self.moved;
+            moved.clear();
+            for i in 0..k {
+                let j = i + rng.below((self.n - i) as u64) as usize;
+                let holds = |x: usize| moved.iter().rev().find(|m| m.0 == x as u32).map_or(x as u32, |m| m.1);
+                let (at_i, at_j) = (holds(i), holds(j));
+                self.picked.push(at_j);
+                moved.push((j as u32, at_i));
+            }
+            return &self.picked;
+        }
         if self.weights.is_empty() {
             self.picked.extend(0..self.n as u32);
             for i in 0..k {
@@ -147,6 +168,28 @@ mod tests {
         let expect = 0.5 + 2.0 * (1.0 / 8.0) * (4.0 / 7.0) + (2.0 / 8.0) * (4.0 / 6.0);
         let sd = (expect * (1.0 - expect) / n as f64).sqrt();
         assert!((heavy as f64 / n as f64 - expect).abs() < 5.0 * sd, "{heavy} of {n} vs {expect}");
+    }
+
+    #[test]
+    fn a_pick_of_a_few_equals_the_full_shuffle() {
+        // The partial Fisher–Yates shuffle over all of `0..n`, as larger picks run it.
+        fn shuffled(n: usize, k: usize, rng: &mut Rng) -> Vec<u32> {
+            let mut all: Vec<u32> = (0..n as u32).collect();
+            for i in 0..k {
+                let j = i + rng.below((n - i) as u64) as usize;
+                all.swap(i, j);
+            }
+            all.truncate(k);
+            all
+        }
+        for n in [1, 2, 5, 16, 17, 100] {
+            let mut p = DistinctPicker::uniform(n);
+            let (mut ra, mut rb) = (Rng::new(n as u64), Rng::new(n as u64));
+            for round in 0..2_000 {
+                let k = round % (n.min(FEW) + 1);
+                assert_eq!(p.pick(&mut ra, k).to_vec(), shuffled(n, k, &mut rb), "n={n} k={k}");
+            }
+        }
     }
 
     #[test]

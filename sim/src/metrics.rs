@@ -27,6 +27,11 @@ pub struct Recorder {
     pub tasks_missed: u64,
     class_names: Vec<String>,
     class_slo: Vec<Option<(f64, Nanos)>>,
+    /// The records' [`arrival_order`] and their indices in (ideal completion,
+    /// index) order, from an engine path that has them without sorting the
+    /// records (the per-node path); each checked before it is used.
+    pub(crate) known_arrival_order: Option<Vec<u32>>,
+    pub(crate) known_ideal_order: Option<Vec<u32>>,
 }
 
 impl Recorder {
@@ -98,16 +103,39 @@ impl Recorder {
     /// Computes the run's summary. It runs once per run; quantiles are selected, not
     /// sorted for (the arrival-order sorts of the intervals and the reordering remain).
     /// A large run's summary uses a second thread: the two sorts run side by
-    /// side, then the reordering sweep beside everything else.
+    /// side, then the reordering sweep beside everything else. When the engine
+    /// path gave the records' orders (checked first), there are no sorts: the
+    /// ideal-completion ranks and the sweep run beside everything else.
     pub fn summarize(&self) -> Summary {
         let parallel = self.latency.len() >= PARALLEL_SUMMARY_MIN;
-        let (ranks, by_gat) =
-            both(parallel, || ideal_ranks(&self.gat, &self.ideal_latency), || arrival_order(&self.gat));
-        let (reordering_pct, mut summary) = both(
-            parallel,
-            || reordering_sweep(&self.gat, &self.latency, &ranks, &by_gat),
-            || self.summarize_except_reordering(&by_gat),
-        );
+        let n = self.gat.len();
+        let known_by_gat = self.known_arrival_order.as_deref().filter(|o| key_order::is_order(o, n, |i| self.gat[i]));
+        let (reordering_pct, mut summary) = if let Some(by_gat) = known_by_gat {
+            both(
+                parallel,
+                || {
+                    let ideal_end = |i: usize| self.gat[i] + self.ideal_latency[i];
+                    let known = self.known_ideal_order.as_deref().filter(|o| key_order::is_order(o, n, ideal_end));
+                    let ranks = match known {
+                        Some(order) => {
+                            let (rank, distinct) = key_order::dense_ranks_in(order, ideal_end);
+                            (rank, distinct.max(1))
+                        }
+                        None => ideal_ranks(&self.gat, &self.ideal_latency),
+                    };
+                    reordering_sweep(&self.gat, &self.latency, &ranks, by_gat)
+                },
+                || self.summarize_except_reordering(by_gat),
+            )
+        } else {
+            let (ranks, by_gat) =
+                both(parallel, || ideal_ranks(&self.gat, &self.ideal_latency), || arrival_order(&self.gat));
+            both(
+                parallel,
+                || reordering_sweep(&self.gat, &self.latency, &ranks, &by_gat),
+                || self.summarize_except_reordering(&by_gat),
+            )
+        };
         summary.reordering_pct = reordering_pct;
         summary
     }
@@ -319,7 +347,7 @@ fn arrival_order(gat: &[Nanos]) -> Vec<u32> {
 const PARALLEL_SUMMARY_MIN: usize = 50_000;
 
 /// `(a(), b())`, `a` on a second thread when `parallel`.
-fn both<A: Send, B>(parallel: bool, a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {
+pub(crate) fn both<A: Send, B>(parallel: bool, a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {
     if !parallel {
         return (a(), b());
     }

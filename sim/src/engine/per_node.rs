@@ -31,16 +31,17 @@
 //! which gives the run's counters.
 
 use std::cmp::Ordering;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use tailor_core::policy::NonPreemptive;
-use tailor_core::time::NEVER;
 use tailor_core::{AnyPolicy, Job, Nanos, Policy};
 
 use super::arrivals::Arrivals;
 use super::prepare::{prepared_path_applies, Chunk, Draws};
 use super::{Engine, RunStats};
 use crate::key_order;
-use crate::metrics::Recorder;
+use crate::metrics::{both, Recorder};
 use crate::model::{Fanout, Model};
 
 /// `prev` of a task that started at its own arrival (its node was idle).
@@ -95,8 +96,8 @@ pub(super) fn run(m: &Model, parallel: bool) -> Option<(Recorder, RunStats)> {
     let measured_end = (m.warmup + m.requests) as usize;
     let mut count = measured_end + extra_requests(measured_end);
     let mut c = Chunk::default();
-    let mut done: Vec<Nanos> = Vec::new();
-    let mut prev: Vec<u32> = Vec::new();
+    let mut done: Vec<AtomicU64> = Vec::new();
+    let mut prev: Vec<AtomicU32> = Vec::new();
     let mut running = vec![AT_ARRIVAL; queues.len()];
     let mut fed = 0;
     let mut arrivals = ArrivalTimes::new(m);
@@ -104,18 +105,27 @@ pub(super) fn run(m: &Model, parallel: bool) -> Option<(Recorder, RunStats)> {
         if count >= AT_ARRIVAL as usize || count as f64 * fanout_bound(m) > 2.0 * MAX_TASKS {
             return None;
         }
-        draw_more(&mut c, m, engine.request_key, fed, count, parallel);
-        arrivals.extend_to(&mut c.gat, count);
-        if !covered(&c, fed..count) {
+        let covered = draw_more(&mut c, m, engine.request_key, &mut arrivals, fed, count, parallel);
+        if !covered {
             return None;
         }
         let tasks = c.task_node.len();
         if tasks >= AT_ARRIVAL as usize {
             return None;
         }
-        done.resize(tasks, 0);
-        prev.resize(tasks, 0);
-        feed(&c, fed..count, &mut queues, &mut running, &mut done, &mut prev);
+        done.resize_with(tasks, AtomicU64::default);
+        prev.resize_with(tasks, AtomicU32::default);
+        let cols = Cols { done: &done, prev: &prev };
+        if parallel {
+            // Two threads, half of the nodes each: a node's queue depends
+            // only on its own tasks, so the halves never meet.
+            let half = queues.len() / 2;
+            let (q0, q1) = queues.split_at_mut(half);
+            let (r0, r1) = running.split_at_mut(half);
+            both(true, || feed(&c, fed..count, 0, q0, r0, cols), || feed(&c, fed..count, half, q1, r1, cols));
+        } else {
+            feed(&c, fed..count, 0, &mut queues, &mut running, cols);
+        }
         fed = count;
         // The rest of every queue after the last arrival, run on copies so
         // that more requests can follow if these were too few.
@@ -124,12 +134,12 @@ pub(super) fn run(m: &Model, parallel: bool) -> Option<(Recorder, RunStats)> {
         for (n, queue) in dry.iter_mut().enumerate() {
             while dry_running[n] != AT_ARRIVAL {
                 let q = dry_running[n];
-                let at = done[q as usize];
+                let at = cols.done(q as usize);
                 queue.complete(at, q as u64);
-                dry_running[n] = start_next(queue, at, q, &c.task_demand, &mut done, &mut prev);
+                dry_running[n] = start_next(queue, at, q, &c.task_demand, cols);
             }
         }
-        match finish(m, &mut engine.rec, &c, count, &done, &prev) {
+        match finish(m, &mut engine.rec, &c, count, cols, parallel) {
             Ok(stats) => return Some((std::mem::take(&mut engine.rec), stats)),
             // Under long queues (a load near or above capacity) the run's last
             // event can come after the first request not drawn: then on with
@@ -141,156 +151,229 @@ pub(super) fn run(m: &Model, parallel: bool) -> Option<(Recorder, RunStats)> {
     }
 }
 
-/// Whether the path reproduces requests `range` of `c`: a fan-out of at least
-/// one, one task per fan-out, every task of some demand.
-fn covered(c: &Chunk, range: std::ops::Range<usize>) -> bool {
-    range.into_iter().all(|i| {
-        let tasks = c.tasks(i);
-        c.fanout[i] != 0 && tasks.len() == c.fanout[i] as usize && !c.task_demand[tasks].contains(&0)
-    })
-}
-
 /// Hands requests `range` to their nodes in arrival order, each task to its
 /// node's queue; a node is brought up to a task's arrival (its completions
 /// until then, each starting the queue's next task) only when the task reaches
 /// it. What a node does depends only on the tasks it gets, in the order it gets
 /// them, which is the general path's order: the same calls to each queue.
+/// Only the nodes `first_node..first_node + queues.len()` (`queues` and
+/// `running` are theirs): their tasks are the only ones whose columns it
+/// reads or writes, so two calls over disjoint nodes can run side by side.
 fn feed(
     c: &Chunk,
     range: std::ops::Range<usize>,
+    first_node: usize,
     queues: &mut [&mut NonPreemptive],
     running: &mut [u32],
-    done: &mut [Nanos],
-    prev: &mut [u32],
+    cols: Cols,
 ) {
     for i in range {
-        let (arrival, deadline, class) = (c.gat[i], deadline(c, i), c.class[i]);
+        let (arrival, class) = (c.gat[i], c.class[i]);
         for t in c.tasks(i) {
-            let n = c.task_node[t] as usize;
-            let queue = &mut *queues[n];
+            // Wrapping: a node below `first_node` becomes a large index.
+            let n = (c.task_node[t] as usize).wrapping_sub(first_node);
+            let Some(queue) = queues.get_mut(n) else { continue };
+            let queue = &mut **queue;
             loop {
                 let q = running[n];
                 if q == AT_ARRIVAL {
                     break;
                 }
-                let at = done[q as usize];
+                let at = cols.done[q as usize].load(Relaxed);
                 if at > arrival
                     || (at == arrival && {
-                        let chains = Chains { c, done, prev };
+                        let chains = Chains { c, cols };
                         chains.cmp(Ev::Done(q), Ev::Arrival(i as u32)) == Ordering::Greater
                     })
                 {
                     break;
                 }
                 queue.complete(at, q as u64);
-                running[n] = start_next(queue, at, q, &c.task_demand, done, prev);
+                running[n] = start_next(queue, at, q, &c.task_demand, cols);
             }
-            queue.arrive(arrival, Job { id: t as u64, gat: arrival, deadline, class });
+            queue.arrive(arrival, Job { id: t as u64, gat: arrival, deadline: deadline(c, i), class });
             if running[n] == AT_ARRIVAL {
                 // The node was idle: the task starts at once.
                 debug_assert_eq!(queue.running()[0], Some(t as u64));
-                done[t] = arrival + c.task_demand[t];
-                prev[t] = AT_ARRIVAL;
+                cols.done[t].store(arrival + c.task_demand[t], Relaxed);
+                cols.prev[t].store(AT_ARRIVAL, Relaxed);
                 running[n] = t as u32;
             }
         }
     }
 }
 
+/// Every drawn task's completion time and the task whose completion started
+/// it (`AT_ARRIVAL`: its own arrival). Atomics, loaded and stored relaxed
+/// (plain moves on x86-64), so that two feeding threads can share them: each
+/// touches only its own nodes' tasks.
+#[derive(Clone, Copy)]
+struct Cols<'a> {
+    done: &'a [AtomicU64],
+    prev: &'a [AtomicU32],
+}
+
+impl Cols<'_> {
+    #[inline]
+    fn done(&self, t: usize) -> Nanos {
+        self.done[t].load(Relaxed)
+    }
+
+    #[inline]
+    fn prev(&self, t: usize) -> u32 {
+        self.prev[t].load(Relaxed)
+    }
+}
+
 /// The run's records (into `rec`) and counters, from the first `count`
 /// requests of `c` with every task's completion known; `Err` with about how
 /// many requests arrive by the run's end when the first request not drawn may
-/// come before it.
+/// come before it. With two threads if `parallel`.
 fn finish(
     m: &Model,
     rec: &mut Recorder,
     c: &Chunk,
     count: usize,
-    done: &[Nanos],
-    prev: &[u32],
+    cols: Cols,
+    parallel: bool,
 ) -> Result<RunStats, usize> {
-    let chains = Chains { c, done, prev };
+    let chains = Chains { c, cols };
 
-    // Each measured request responds at its last task's completion; one pass
-    // in request order gathers what its record needs.
+    // Each measured request responds at its last task's completion; the run
+    // stops after the last of those responses.
     let measured = m.warmup as usize..(m.warmup + m.requests) as usize;
-    let resp: Vec<Response> = measured
-        .clone()
-        .map(|i| {
-            let mut r = Response { at: 0, task: AT_ARRIVAL, demand: 0, longest: 0 };
-            for t in c.tasks(i) {
-                let d = c.task_demand[t];
-                r.demand += d;
-                r.longest = r.longest.max(d);
-                // Two of its tasks that both started at its arrival complete in
-                // task order (common: the demands come from a table); else ask
-                // the chains.
-                if r.task == AT_ARRIVAL
-                    || done[t] > r.at
-                    || (done[t] == r.at
-                        && ((prev[t] == AT_ARRIVAL && prev[r.task as usize] == AT_ARRIVAL)
-                            || chains.cmp(Ev::Done(t as u32), Ev::Done(r.task)) == Ordering::Greater))
-                {
-                    (r.at, r.task) = (done[t], t as u32);
+    let ([mut responders, second], [last_first, last_second]) = halves(parallel, measured.clone(), |part| {
+        let mut last = Ev::Root;
+        let responders: Vec<u32> = part
+            .map(|i| {
+                let t = responding_task(&chains, c.tasks(i));
+                if chains.cmp(Ev::Done(t), last) == Ordering::Greater {
+                    last = Ev::Done(t);
                 }
-            }
-            r
-        })
-        .collect();
-    let last = resp
-        .iter()
-        .map(|r| Ev::Done(r.task))
-        .max_by(|&a, &b| chains.cmp(a, b))
-        .expect("a run measures at least one request");
+                t
+            })
+            .collect();
+        (responders, last)
+    });
+    responders.extend_from_slice(&second);
+    drop(second);
+    let last = if chains.cmp(last_second, last_first) == Ordering::Greater { last_second } else { last_first };
     let end = chains.time(last);
     if c.gat[count] <= end {
         // The first request not drawn may come before the end.
         return Err((count as f64 * end as f64 / c.gat[count].max(1) as f64).ceil() as usize);
     }
+
+    // The records on this thread; the counters and the requests' order by
+    // ideal completion (for the summary) on another.
+    let ((counted, ideal_by_request), record_of) = both(
+        parallel,
+        || {
+            let ideal_end = |j: usize| {
+                let i = measured.start + j;
+                c.gat[i] + c.task_demand[c.tasks(i)].iter().copied().max().unwrap_or(0)
+            };
+            let by_ideal = key_order::sorted_indices(measured.len(), ideal_end);
+            (counters(c, measured.clone(), count, &chains, last), by_ideal)
+        },
+        || {
+            // Records in response order: by time, then as the general path took them.
+            let at = |j: usize| cols.done(responders[j] as usize);
+            let mut order = key_order::sorted_indices(responders.len(), at);
+            key_order::sort_ties(
+                &mut order,
+                |j| at(j as usize),
+                |&a, &b| chains.cmp(Ev::Done(responders[a as usize]), Ev::Done(responders[b as usize])),
+            );
+            for &j in &order {
+                let i = measured.start + j as usize;
+                let (mut demand, mut longest) = (0, 0);
+                for &d in &c.task_demand[c.tasks(i)] {
+                    demand += d;
+                    longest = longest.max(d);
+                }
+                let gat = c.gat[i];
+                rec.record(gat, at(j as usize), gat + longest, c.class[i], c.fanout[i], demand);
+            }
+            let mut record_of = vec![0u32; order.len()];
+            for (record, &j) in order.iter().enumerate() {
+                record_of[j as usize] = record as u32;
+            }
+            record_of
+        },
+    );
+    // The records' arrival order and ideal-completion order, for the summary:
+    // the requests' orders, equal keys in record order.
+    let mut by_ideal: Vec<u32> = ideal_by_request.iter().map(|&j| record_of[j as usize]).collect();
+    key_order::sort_ties(&mut by_ideal, |r| rec.gat[r as usize] + rec.ideal_latency[r as usize], u32::cmp);
+    let mut by_gat = record_of;
+    key_order::sort_ties(&mut by_gat, |r| rec.gat[r as usize], u32::cmp);
+    rec.known_arrival_order = Some(by_gat);
+    rec.known_ideal_order = Some(by_ideal);
+    rec.admitted = m.requests;
+    let (stats, dequeued, missed) = counted;
+    rec.tasks_dequeued += dequeued;
+    rec.tasks_missed += missed;
+    Ok(stats)
+}
+
+/// The task whose completion is a request's response: of its `tasks`, the
+/// one the general path completes last.
+#[inline]
+fn responding_task(chains: &Chains, tasks: std::ops::Range<usize>) -> u32 {
+    let cols = chains.cols;
+    let mut best = tasks.start;
+    let mut best_at = cols.done(best);
+    for t in tasks.start + 1..tasks.end {
+        // Two of its tasks that both started at its arrival complete in
+        // task order (common: the demands come from a table); else ask the
+        // chains.
+        let at = cols.done(t);
+        if at > best_at
+            || (at == best_at
+                && ((cols.prev(t) == AT_ARRIVAL && cols.prev(best) == AT_ARRIVAL)
+                    || chains.cmp(Ev::Done(t as u32), Ev::Done(best as u32)) == Ordering::Greater))
+        {
+            (best, best_at) = (t, at);
+        }
+    }
+    best as u32
+}
+
+/// The run's counters, the measured tasks dequeued and those of them dequeued
+/// after their deadline, for a run that stops after event `last`.
+fn counters(
+    c: &Chunk,
+    measured: std::ops::Range<usize>,
+    count: usize,
+    chains: &Chains,
+    last: Ev,
+) -> (RunStats, u64, u64) {
+    let end = chains.time(last);
     // The general path stops after the event `last`: what it had processed by then.
     let not_after = |e: Ev| {
         let t = chains.time(e);
         t < end || (t == end && chains.cmp(e, last) != Ordering::Greater)
     };
-
-    // Records in response order: by time, then as the general path took them.
-    let mut order = key_order::sorted_indices(resp.len(), |j| resp[j].at);
-    let mut from = 0;
-    while from < order.len() {
-        let time = resp[order[from] as usize].at;
-        let mut to = from + 1;
-        while to < order.len() && resp[order[to] as usize].at == time {
-            to += 1;
-        }
-        if to - from > 1 {
-            order[from..to]
-                .sort_by(|&a, &b| chains.cmp(Ev::Done(resp[a as usize].task), Ev::Done(resp[b as usize].task)));
-        }
-        from = to;
-    }
-    for &j in &order {
-        let i = measured.start + j as usize;
-        let (r, gat) = (&resp[j as usize], c.gat[i]);
-        rec.record(gat, r.at, gat + r.longest, c.class[i], c.fanout[i], r.demand);
-    }
-    rec.admitted = m.requests;
-    for i in measured.clone() {
+    let (mut dequeued, mut missed) = (0, 0);
+    for i in measured {
         let deadline = deadline(c, i);
         for t in c.tasks(i) {
-            let start = done[t] - c.task_demand[t];
+            let start = chains.cols.done(t) - c.task_demand[t];
             let started = start < end || (start == end && not_after(chains.started_by(t)));
             if started {
-                rec.task_dequeued(start > deadline);
+                dequeued += 1;
+                missed += (start > deadline) as u64;
             }
         }
     }
-
     let mut arrivals = c.gat.partition_point(|&g| g < end);
     while arrivals < count && not_after(Ev::Arrival(arrivals as u32)) {
         arrivals += 1;
     }
     let mut completions = 0u64;
-    for (t, &d) in done.iter().enumerate() {
+    for (t, d) in chains.cols.done.iter().enumerate() {
+        let d = d.load(Relaxed);
         completions += (d < end || (d == end && not_after(Ev::Done(t as u32)))) as u64;
     }
     let stats = RunStats {
@@ -299,26 +382,30 @@ fn finish(
         end_time: end,
         ..RunStats::default()
     };
-    Ok(stats)
+    (stats, dequeued, missed)
 }
 
-/// A measured request's response: when, by which task, and its demand.
-struct Response {
-    at: Nanos,
-    task: u32,
-    demand: Nanos,
-    longest: Nanos,
+/// `f` over the two halves of `range`, the first on a second thread if
+/// `parallel`: the results, first half first, by element.
+fn halves<A: Send, B: Send>(
+    parallel: bool,
+    range: std::ops::Range<usize>,
+    f: impl Fn(std::ops::Range<usize>) -> (A, B) + Sync,
+) -> ([A; 2], [B; 2]) {
+    let mid = range.start + range.len() / 2;
+    let ((a0, b0), (a1, b1)) = both(parallel, || f(range.start..mid), || f(mid..range.end));
+    ([a0, a1], [b0, b1])
 }
 
 /// After task `q` completed at `at` on `queue`'s node: the task the queue
 /// starts next (its completion and what started it noted), or `AT_ARRIVAL`.
 #[inline]
-fn start_next(queue: &NonPreemptive, at: Nanos, q: u32, demand: &[Nanos], done: &mut [Nanos], prev: &mut [u32]) -> u32 {
+fn start_next(queue: &NonPreemptive, at: Nanos, q: u32, demand: &[Nanos], cols: Cols) -> u32 {
     match queue.running()[0] {
         Some(next) => {
             let next = next as usize;
-            done[next] = at + demand[next];
-            prev[next] = q;
+            cols.done[next].store(at + demand[next], Relaxed);
+            cols.prev[next].store(q, Relaxed);
             next as u32
         }
         None => AT_ARRIVAL,
@@ -328,36 +415,59 @@ fn start_next(queue: &NonPreemptive, at: Nanos, q: u32, demand: &[Nanos], done: 
 /// Request `i`'s deadline, as the general path takes it at its arrival.
 #[inline]
 fn deadline(c: &Chunk, i: usize) -> Nanos {
-    match c.budget[i] {
-        Some(b) => c.gat[i].saturating_add(b),
-        None => NEVER,
-    }
+    c.gat[i].saturating_add(c.budget[i])
 }
 
 /// Appends requests `from..to` to `c` as the prepared path's producer draws
 /// them (two threads, half of them each, if `parallel`), all but their arrival
-/// times ([`ArrivalTimes`]).
-fn draw_more(c: &mut Chunk, m: &Model, request_key: u64, from: usize, to: usize, parallel: bool) {
-    let draw = |from: usize, to: usize| {
+/// times, which `arrivals` extends to `to` (one past, see there) on this
+/// thread meanwhile. Whether the path reproduces them all: a fan-out of at
+/// least one, one task per fan-out, every task of some demand.
+fn draw_more(
+    c: &mut Chunk,
+    m: &Model,
+    request_key: u64,
+    arrivals: &mut ArrivalTimes,
+    from: usize,
+    to: usize,
+    parallel: bool,
+) -> bool {
+    let draw = |from: usize, to: usize, room_for: usize| {
         let mut draws = Draws::new(m, request_key);
         let mut part = Chunk::default();
         part.clear(from as u64);
+        // Room for the requests it will hold (with the second part, for the
+        // first one), so that no column is moved or copied as it grows.
+        let tasks = (room_for as f64 * fanout_bound(m) * 1.1) as usize + 1024;
+        part.reserve(room_for, tasks);
+        let mut covered = true;
         for i in from..to {
+            let first = part.task_node.len();
             draws.draw(i as u64, &mut part);
+            let k = part.fanout[part.fanout.len() - 1];
+            covered &= k != 0 && part.task_node.len() - first == k as usize && !part.task_demand[first..].contains(&0);
         }
-        part
+        (part, covered)
     };
-    let half = if parallel { from + (to - from) / 2 } else { to };
+    let mut gat = std::mem::take(&mut c.gat);
+    // This thread also draws the arrival times, ~1/16 of a request's draws.
+    let half = if parallel { from + (to - from) * 15 / 32 } else { to };
     let parts = if parallel {
-        std::thread::scope(|s| {
-            let second = s.spawn(|| draw(half, to));
-            let first = draw(from, half);
-            [first, second.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))]
-        })
+        let (second, first) = both(
+            true,
+            || draw(half, to, to - half),
+            || {
+                arrivals.extend_to(&mut gat, to);
+                draw(from, half, to - from)
+            },
+        );
+        [first, second]
     } else {
-        [draw(from, to), Chunk::default()]
+        arrivals.extend_to(&mut gat, to);
+        [draw(from, to, to - from), (Chunk::default(), true)]
     };
-    for part in parts {
+    let covered = parts.iter().all(|(_, covered)| *covered);
+    for (part, _) in parts {
         if c.task_node.is_empty() && c.task_end.is_empty() {
             *c = part; // the first part as it is: no copy
             continue;
@@ -370,6 +480,8 @@ fn draw_more(c: &mut Chunk, m: &Model, request_key: u64, from: usize, to: usize,
         c.task_node.extend_from_slice(&part.task_node);
         c.task_demand.extend_from_slice(&part.task_demand);
     }
+    c.gat = gat;
+    covered
 }
 
 /// The run's arrival times, drawn once each: a continuation above capacity
@@ -408,8 +520,7 @@ enum Ev {
 /// events that started them.
 struct Chains<'a> {
     c: &'a Chunk,
-    done: &'a [Nanos],
-    prev: &'a [u32],
+    cols: Cols<'a>,
 }
 
 impl Chains<'_> {
@@ -418,7 +529,7 @@ impl Chains<'_> {
         match e {
             Ev::Root => 0,
             Ev::Arrival(i) => self.c.gat[i as usize],
-            Ev::Done(t) => self.done[t as usize],
+            Ev::Done(t) => self.cols.done(t as usize),
         }
     }
 
@@ -434,7 +545,7 @@ impl Chains<'_> {
             Ev::Arrival(0) => (Ev::Root, 0),
             // An arrival schedules the next one before it sends its tasks.
             Ev::Arrival(i) => (Ev::Arrival(i - 1), 0),
-            Ev::Done(t) => match self.prev[t as usize] {
+            Ev::Done(t) => match self.cols.prev(t as usize) {
                 AT_ARRIVAL => {
                     // Tasks are sent in order, each starting at once on an idle node.
                     let req = self.c.task_end.partition_point(|&e| e <= t);

@@ -56,7 +56,9 @@ pub(super) struct Chunk {
     pub(super) gat: Vec<Nanos>,
     pub(super) class: Vec<u8>,
     pub(super) fanout: Vec<u32>,
-    pub(super) budget: Vec<Option<Nanos>>,
+    /// The deadline budget, `NEVER` for none (a deadline of `gat + NEVER`
+    /// saturates to `NEVER`, as no budget gives).
+    pub(super) budget: Vec<Nanos>,
     /// Request `j`'s tasks are `task_end[j - 1]..task_end[j]` (from 0 for `j = 0`).
     pub(super) task_end: Vec<u32>,
     pub(super) task_node: Vec<u32>,
@@ -73,6 +75,16 @@ impl Chunk {
         self.task_end.clear();
         self.task_node.clear();
         self.task_demand.clear();
+    }
+
+    /// Room for `requests` more requests of `tasks` tasks in all.
+    pub(super) fn reserve(&mut self, requests: usize, tasks: usize) {
+        self.class.reserve(requests);
+        self.fanout.reserve(requests);
+        self.budget.reserve(requests);
+        self.task_end.reserve(requests);
+        self.task_node.reserve(tasks);
+        self.task_demand.reserve(tasks);
     }
 
     pub(super) fn len(&self) -> usize {
@@ -125,7 +137,7 @@ impl<'m> Draws<'m> {
         }
         c.class.push(class);
         c.fanout.push(k);
-        c.budget.push(budget);
+        c.budget.push(budget.unwrap_or(NEVER));
         c.task_end.push(c.task_node.len() as u32);
     }
 }
@@ -229,10 +241,7 @@ impl Engine<'_> {
         if measured {
             self.rec.admitted();
         }
-        let deadline = match c.budget[j] {
-            Some(b) => self.now.saturating_add(b),
-            None => NEVER,
-        };
+        let deadline = self.now.saturating_add(c.budget[j]);
         let tasks = c.tasks(j);
         let (mut demand, mut longest) = (0, 0);
         for &d in &c.task_demand[tasks.clone()] {
