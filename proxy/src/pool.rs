@@ -193,9 +193,13 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
-    /// An upstream that answers every request with `body`, counting the connections it
-    /// accepted.
-    async fn upstream(body: &'static [u8]) -> (SocketAddr, Arc<AtomicUsize>) {
+    /// A test upstream: each connection it accepts is counted and served by `serve` on a
+    /// task of its own.
+    async fn listening<F, Fut>(serve: F) -> (SocketAddr, Arc<AtomicUsize>)
+    where
+        F: Fn(TcpStream) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -203,50 +207,47 @@ mod tests {
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 count.fetch_add(1, Relaxed);
-                tokio::spawn(async move {
-                    let svc = service_fn(move |_req: Request<Incoming>| async move {
-                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(body))))
-                    });
-                    let _ =
-                        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
-                });
+                tokio::spawn(serve(stream));
             }
         });
         (addr, accepted)
+    }
+
+    /// An upstream that answers every request with `body`, counting the connections it
+    /// accepted.
+    async fn upstream(body: &'static [u8]) -> (SocketAddr, Arc<AtomicUsize>) {
+        listening(move |stream| async move {
+            let svc = service_fn(move |_req: Request<Incoming>| async move {
+                Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(body))))
+            });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+        })
+        .await
     }
 
     /// A raw upstream: answers each request on a connection with the head, then after
     /// `body_after` the 2-byte body `ok`; with `close`, closes the connection after one
     /// response (whose headers still say keep-alive).
     async fn raw_upstream(body_after: Duration, close: bool) -> (SocketAddr, Arc<AtomicUsize>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let count = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                count.fetch_add(1, Relaxed);
-                tokio::spawn(async move {
-                    loop {
-                        let mut head = Vec::new();
-                        let mut buf = [0u8; 1024];
-                        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                            match stream.read(&mut buf).await {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => head.extend_from_slice(&buf[..n]),
-                            }
-                        }
-                        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n").await;
-                        tokio::time::sleep(body_after).await;
-                        let _ = stream.write_all(b"ok").await;
-                        if close {
-                            return;
-                        }
+        listening(move |mut stream| async move {
+            loop {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
                     }
-                });
+                }
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n").await;
+                tokio::time::sleep(body_after).await;
+                let _ = stream.write_all(b"ok").await;
+                if close {
+                    return;
+                }
             }
-        });
-        (addr, accepted)
+        })
+        .await
     }
 
     /// A front like the proxy's: every request it serves goes to `upstream` through `pool`.
@@ -340,32 +341,23 @@ mod tests {
     /// An upstream that answers the first `answered` requests on each connection with
     /// `ok` and reads but never answers the rest.
     async fn hanging_upstream(answered: usize) -> (SocketAddr, Arc<AtomicUsize>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let count = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                count.fetch_add(1, Relaxed);
-                tokio::spawn(async move {
-                    let (mut heads, mut buf, mut seen) = (Vec::new(), [0u8; 1024], 0);
-                    loop {
-                        match stream.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => heads.extend_from_slice(&buf[..n]),
-                        }
-                        while let Some(end) = heads.windows(4).position(|w| w == b"\r\n\r\n") {
-                            heads.drain(..end + 4);
-                            seen += 1;
-                            if seen <= answered {
-                                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
-                            }
-                        }
+        listening(move |mut stream| async move {
+            let (mut heads, mut buf, mut seen) = (Vec::new(), [0u8; 1024], 0);
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => heads.extend_from_slice(&buf[..n]),
+                }
+                while let Some(end) = heads.windows(4).position(|w| w == b"\r\n\r\n") {
+                    heads.drain(..end + 4);
+                    seen += 1;
+                    if seen <= answered {
+                        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
                     }
-                });
+                }
             }
-        });
-        (addr, accepted)
+        })
+        .await
     }
 
     /// The wait for response headers bounds a pooled connection's requests too, whose
