@@ -146,12 +146,12 @@ async fn serve_connection<S>(
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let activity = Arc::new(conn::Activity::default());
-    let io = TokioIo::new(conn::ClientIo::new(stream, limits, activity.clone(), metrics.clone()));
-    let service = service_fn(move |req: Request<Incoming>| {
-        let request = activity.started(req.version());
+    let served = Arc::new(AtomicBool::new(false));
+    let io = TokioIo::new(conn::ClientIo::new(stream, limits, served.clone(), metrics.clone()));
+    let service = service_fn(move |req| {
+        served.store(true, Relaxed);
         let fut = handler(req);
-        async move { Ok::<_, Infallible>(fut.await.map(|body| conn::Tracked::new(body, request))) }
+        async move { Ok::<_, Infallible>(fut.await) }
     });
     let _ = watcher.watch(builder.serve_connection(io, service).into_owned()).await;
 }
