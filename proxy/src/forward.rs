@@ -199,6 +199,7 @@ impl UpstreamError {
         match e {
             SendError::Connect(e) => UpstreamError::classify(e, true),
             SendError::Send(e) => UpstreamError::classify(Box::new(e), false),
+            SendError::TimedOut(ms) => UpstreamError::Timeout(ms),
         }
     }
 
@@ -284,44 +285,83 @@ impl Upstreams {
     ) -> Result<Response<Incoming>, UpstreamError> {
         let (parts, body) = req.into_parts();
         let body = RequestBody::new(body, limits.max_body_bytes, limits.body_read_timeout());
-        let sent = body.sent.clone();
-        let wait = limits.upstream_timeout();
-        let start = tokio::time::Instant::now();
-        let response = self.request(Request::from_parts(parts, body), addr);
-        tokio::pin!(response);
-        let mut deadline = start + wait;
-        loop {
-            match tokio::time::timeout_at(deadline, &mut response).await {
-                Ok(Ok(response)) => return Ok(response),
-                Ok(Err(e)) => return Err(e),
-                // A body complete from the start was sent when the relay started.
-                Err(_) => match sent.as_ref().map_or(Some(start.into_std()), |s| s.get().copied()) {
-                    Some(at) if at + wait <= Instant::now() => return Err(UpstreamError::Timeout(wait.as_millis())),
-                    Some(at) => deadline = (at + wait).into(),
-                    None => deadline = tokio::time::Instant::now() + wait,
-                },
-            }
-        }
-    }
-
-    async fn request(
-        &self,
-        mut req: Request<RequestBody>,
-        addr: SocketAddr,
-    ) -> Result<Response<Incoming>, UpstreamError> {
+        let wait = ResponseWait::new(&body, limits.upstream_timeout());
+        let mut req = Request::from_parts(parts, body);
         if req.version() == Version::HTTP_2 {
             let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
             // An address and a path that came parsed from a URI always make a URI.
             *req.uri_mut() = format!("{}://{addr}{path}", self.scheme).parse().expect("scheme://ip:port/path is a URI");
-            return self.h2.request(req).await.map_err(UpstreamError::from_legacy);
+            let timer = std::pin::pin!(tokio::time::sleep_until(wait.first()));
+            return within(self.h2.request(req), timer, &wait)
+                .await
+                .map_err(UpstreamError::Timeout)?
+                .map_err(UpstreamError::from_legacy);
         }
         if req.uri().authority().is_some() {
             // An absolute-form request line (`GET http://host/path`): the upstream gets origin form.
             let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
             *req.uri_mut() = path.parse().expect("a URI's path and query is a URI");
         }
-        self.h1.send(req, addr).await.map_err(UpstreamError::from_send)
+        self.h1.send(req, addr, &wait).await.map_err(UpstreamError::from_send)
     }
+}
+
+/// The wait for an upstream's response headers: `wait` from when the whole request had
+/// been sent, which is when the relay started for a body complete on arrival (`sent`
+/// `None`), else when [`RequestBody`] handed on its end.
+pub struct ResponseWait {
+    start: tokio::time::Instant,
+    wait: std::time::Duration,
+    sent: Option<Arc<OnceLock<Instant>>>,
+}
+
+impl ResponseWait {
+    /// The wait for the response to a request with `body`, starting now.
+    pub fn new(body: &RequestBody, wait: std::time::Duration) -> ResponseWait {
+        ResponseWait { start: tokio::time::Instant::now(), wait, sent: body.sent.clone() }
+    }
+
+    /// The deadline as of the start (the earliest the wait can be over).
+    pub fn first(&self) -> tokio::time::Instant {
+        self.start + self.wait
+    }
+
+    /// A timer set for an earlier deadline has fired: the next deadline, or the wait in
+    /// milliseconds when it is over.
+    fn next(&self) -> Result<tokio::time::Instant, u128> {
+        match self.sent.as_ref().map_or(Some(self.start.into_std()), |s| s.get().copied()) {
+            Some(at) if at + self.wait <= Instant::now() => Err(self.wait.as_millis()),
+            Some(at) => Ok((at + self.wait).into()),
+            // Still sending: the body's own timeout bounds that.
+            None => Ok(tokio::time::Instant::now() + self.wait),
+        }
+    }
+}
+
+/// `fut`'s output, unless `wait` is over first (`Err`: the wait in milliseconds), watched
+/// with `timer`, set for `wait.first()` or later. The timer is the caller's so that a
+/// pooled upstream connection can keep one for all its requests: moving a registered
+/// tokio timer later takes no lock and no allocation, a new one is registered and
+/// removed under the timer driver's lock every time.
+pub async fn within<F: Future>(
+    fut: F,
+    mut timer: Pin<&mut tokio::time::Sleep>,
+    wait: &ResponseWait,
+) -> Result<F::Output, u128> {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(move |cx| {
+        if let Poll::Ready(out) = fut.as_mut().poll(cx) {
+            return Poll::Ready(Ok(out));
+        }
+        while timer.as_mut().poll(cx).is_ready() {
+            match wait.next() {
+                Ok(deadline) => timer.as_mut().reset(deadline),
+                Err(ms) => return Poll::Ready(Err(ms)),
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// A request whose declared `content-length` is above `max_body_bytes`: refused before it

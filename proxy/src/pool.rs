@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,7 +23,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tower_service::Service;
 
-use crate::forward::{BoxError, RequestBody};
+use crate::forward::{within, BoxError, RequestBody, ResponseWait};
 
 /// Idle connections kept per upstream at most; more are closed as they come back.
 const MAX_IDLE_PER_UPSTREAM: usize = 256;
@@ -38,10 +39,18 @@ pub enum SendError {
     Connect(BoxError),
     /// The connection failed while the request was sent or its response awaited.
     Send(hyper::Error),
+    /// No response headers within the wait (milliseconds).
+    TimedOut(u128),
 }
+
+/// The timer bounding the wait for a connection's responses, one request at a time.
+type Timer = Pin<Box<tokio::time::Sleep>>;
 
 struct Idle {
     sender: http1::SendRequest<RequestBody>,
+    /// Kept with the connection, so that its next request moves it instead of
+    /// registering a new one (see [`within`]).
+    timer: Timer,
     since: Instant,
 }
 
@@ -80,7 +89,7 @@ impl H1Pool {
     /// An idle connection to `addr` that can take a request now (the most recently used
     /// first: its socket is the likeliest to be warm); closed ones are dropped on the way.
     /// The list stays in the order connections came back, oldest first.
-    fn checkout(&self, addr: SocketAddr) -> Option<http1::SendRequest<RequestBody>> {
+    fn checkout(&self, addr: SocketAddr) -> Option<(http1::SendRequest<RequestBody>, Timer)> {
         let mut idle = self.lock();
         let list = idle.get_mut(&addr)?;
         let mut i = list.len();
@@ -90,7 +99,8 @@ impl H1Pool {
             if conn.sender.is_closed() {
                 list.remove(i);
             } else if conn.sender.is_ready() {
-                return Some(list.remove(i).sender);
+                let Idle { sender, timer, .. } = list.remove(i);
+                return Some((sender, timer));
             }
         }
         None
@@ -98,7 +108,7 @@ impl H1Pool {
 
     /// Returns a connection whose response headers arrived; it takes the next request
     /// once hyper has read that response to its end.
-    fn give_back(&self, addr: SocketAddr, sender: http1::SendRequest<RequestBody>) {
+    fn give_back(&self, addr: SocketAddr, sender: http1::SendRequest<RequestBody>, timer: Timer) {
         if sender.is_closed() {
             return;
         }
@@ -109,7 +119,7 @@ impl H1Pool {
         let expired = list.iter().take_while(|c| now.duration_since(c.since) > IDLE_TIMEOUT).count();
         let over = (list.len() - expired + 1).saturating_sub(MAX_IDLE_PER_UPSTREAM);
         list.drain(..expired + over);
-        list.push(Idle { sender, since: now });
+        list.push(Idle { sender, timer, since: now });
     }
 
     async fn connect(&self, addr: SocketAddr) -> Result<http1::SendRequest<RequestBody>, SendError> {
@@ -125,20 +135,28 @@ impl H1Pool {
         Ok(sender)
     }
 
-    /// Sends `req` (its URI in origin form) to `addr` on an idle connection, or a new one.
-    /// A request an idle connection could not take (the upstream had closed it) is sent
-    /// again on a new connection; one that was written is never resent.
-    pub async fn send(&self, mut req: Request<RequestBody>, addr: SocketAddr) -> Result<Response<Incoming>, SendError> {
+    /// Sends `req` (its URI in origin form) to `addr` on an idle connection, or a new one,
+    /// and waits for its response headers within `wait`. A request an idle connection
+    /// could not take (the upstream had closed it) is sent again on a new connection; one
+    /// that was written is never resent.
+    pub async fn send(
+        &self,
+        mut req: Request<RequestBody>,
+        addr: SocketAddr,
+        wait: &ResponseWait,
+    ) -> Result<Response<Incoming>, SendError> {
         if !req.headers().contains_key(http::header::HOST) {
             // Only an HTTP/1.0 client or an h2 request without :authority lacks it.
             if let Ok(host) = HeaderValue::from_str(&addr.to_string()) {
                 req.headers_mut().insert(http::header::HOST, host);
             }
         }
-        if let Some(mut sender) = self.checkout(addr) {
-            match sender.try_send_request(req).await {
+        let mut spare = None;
+        if let Some((mut sender, mut timer)) = self.checkout(addr) {
+            timer.as_mut().reset(wait.first());
+            match within(sender.try_send_request(req), timer.as_mut(), wait).await.map_err(SendError::TimedOut)? {
                 Ok(response) => {
-                    self.give_back(addr, sender);
+                    self.give_back(addr, sender, timer);
                     return Ok(response);
                 }
                 Err(mut e) => match e.take_message() {
@@ -146,12 +164,19 @@ impl H1Pool {
                     None => return Err(SendError::Send(e.into_error())),
                 },
             }
+            spare = Some(timer);
         }
-        // Boxed: the connect and handshake state (a TLS stream among it) would otherwise be
-        // part of this future, carried and moved on the common path of a pooled connection.
-        let mut sender = Box::pin(self.connect(addr)).await?;
-        let response = sender.send_request(req).await.map_err(SendError::Send)?;
-        self.give_back(addr, sender);
+        let mut timer = spare.unwrap_or_else(|| Box::pin(tokio::time::sleep_until(wait.first())));
+        let fresh = async {
+            // Boxed: the connect and handshake state (a TLS stream among it) would otherwise
+            // be part of this future, carried and moved on the common path of a pooled
+            // connection.
+            let mut sender = Box::pin(self.connect(addr)).await?;
+            let response = sender.send_request(req).await.map_err(SendError::Send)?;
+            Ok::<_, SendError>((sender, response))
+        };
+        let (sender, response) = within(fresh, timer.as_mut(), wait).await.map_err(SendError::TimedOut)??;
+        self.give_back(addr, sender, timer);
         Ok(response)
     }
 }
@@ -168,9 +193,13 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
-    /// An upstream that answers every request with `body`, counting the connections it
-    /// accepted.
-    async fn upstream(body: &'static [u8]) -> (SocketAddr, Arc<AtomicUsize>) {
+    /// A test upstream: each connection it accepts is counted and served by `serve` on a
+    /// task of its own.
+    async fn listening<F, Fut>(serve: F) -> (SocketAddr, Arc<AtomicUsize>)
+    where
+        F: Fn(TcpStream) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -178,54 +207,56 @@ mod tests {
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 count.fetch_add(1, Relaxed);
-                tokio::spawn(async move {
-                    let svc = service_fn(move |_req: Request<Incoming>| async move {
-                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(body))))
-                    });
-                    let _ =
-                        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
-                });
+                tokio::spawn(serve(stream));
             }
         });
         (addr, accepted)
+    }
+
+    /// An upstream that answers every request with `body`, counting the connections it
+    /// accepted.
+    async fn upstream(body: &'static [u8]) -> (SocketAddr, Arc<AtomicUsize>) {
+        listening(move |stream| async move {
+            let svc = service_fn(move |_req: Request<Incoming>| async move {
+                Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(body))))
+            });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+        })
+        .await
     }
 
     /// A raw upstream: answers each request on a connection with the head, then after
     /// `body_after` the 2-byte body `ok`; with `close`, closes the connection after one
     /// response (whose headers still say keep-alive).
     async fn raw_upstream(body_after: Duration, close: bool) -> (SocketAddr, Arc<AtomicUsize>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let count = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                count.fetch_add(1, Relaxed);
-                tokio::spawn(async move {
-                    loop {
-                        let mut head = Vec::new();
-                        let mut buf = [0u8; 1024];
-                        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                            match stream.read(&mut buf).await {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => head.extend_from_slice(&buf[..n]),
-                            }
-                        }
-                        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n").await;
-                        tokio::time::sleep(body_after).await;
-                        let _ = stream.write_all(b"ok").await;
-                        if close {
-                            return;
-                        }
+        listening(move |mut stream| async move {
+            loop {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
                     }
-                });
+                }
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n").await;
+                tokio::time::sleep(body_after).await;
+                let _ = stream.write_all(b"ok").await;
+                if close {
+                    return;
+                }
             }
-        });
-        (addr, accepted)
+        })
+        .await
     }
 
     /// A front like the proxy's: every request it serves goes to `upstream` through `pool`.
     async fn front(pool: Arc<H1Pool>, upstream: SocketAddr) -> SocketAddr {
+        front_waiting(pool, upstream, Duration::from_secs(30)).await
+    }
+
+    /// [`front`], waiting `wait` for each response's headers.
+    async fn front_waiting(pool: Arc<H1Pool>, upstream: SocketAddr, wait: Duration) -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
@@ -236,9 +267,9 @@ mod tests {
                         let pool = pool.clone();
                         async move {
                             let req = req.map(|b| RequestBody::new(b, u64::MAX, None));
-                            // A failed relay fails the test: the client sees its connection close.
-                            let response = pool.send(req, upstream).await.expect("the relay reaches the upstream");
-                            Ok::<_, std::convert::Infallible>(response)
+                            let wait = ResponseWait::new(req.body(), wait);
+                            // A failed relay fails the request: the client sees its connection close.
+                            pool.send(req, upstream, &wait).await.map_err(|e| format!("{e:?}"))
                         }
                     });
                     let _ =
@@ -305,6 +336,56 @@ mod tests {
         let r = get(&mut a).await.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&r[..], b"ok");
         assert_eq!(accepted.load(Relaxed), 2, "the third request reuses one of them");
+    }
+
+    /// An upstream that answers the first `answered` requests on each connection with
+    /// `ok` and reads but never answers the rest.
+    async fn hanging_upstream(answered: usize) -> (SocketAddr, Arc<AtomicUsize>) {
+        listening(move |mut stream| async move {
+            let (mut heads, mut buf, mut seen) = (Vec::new(), [0u8; 1024], 0);
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => heads.extend_from_slice(&buf[..n]),
+                }
+                while let Some(end) = heads.windows(4).position(|w| w == b"\r\n\r\n") {
+                    heads.drain(..end + 4);
+                    seen += 1;
+                    if seen <= answered {
+                        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+                    }
+                }
+            }
+        })
+        .await
+    }
+
+    /// The wait for response headers bounds a pooled connection's requests too, whose
+    /// timer is the one its earlier requests moved along (and which fired while the
+    /// connection sat idle): a request the upstream never answers fails at the wait, not
+    /// before it and not long after.
+    #[tokio::test]
+    async fn a_request_the_upstream_never_answers_on_a_pooled_connection_fails_at_the_wait() {
+        let (up, accepted) = hanging_upstream(2).await;
+        let pool = pool();
+        let wait = Duration::from_millis(300);
+        let mut c = client(front_waiting(pool.clone(), up, wait).await).await;
+        for _ in 0..2 {
+            let body = get(&mut c).await.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(&body[..], b"ok");
+            eventually("the connection ready in the pool", || pool.lock()[&up].iter().any(|c| c.sender.is_ready()))
+                .await;
+        }
+        // Idle past the last request's deadline: the pooled timer fires meanwhile.
+        tokio::time::sleep(wait + Duration::from_millis(100)).await;
+        c.ready().await.unwrap();
+        let started = Instant::now();
+        let req = Request::get("/").header("host", "test").body(String::new()).unwrap();
+        let answer = c.send_request(req).await;
+        let took = started.elapsed();
+        assert!(answer.is_err(), "the unanswered request got {answer:?}");
+        assert!(took >= wait && took < Duration::from_secs(3), "failed after {took:?}, the wait is {wait:?}");
+        assert_eq!(accepted.load(Relaxed), 1, "all three went on the one pooled connection");
     }
 
     #[tokio::test]
