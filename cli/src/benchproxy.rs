@@ -69,7 +69,8 @@ pub struct BenchProxyArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     seeds: Vec<u64>,
     /// Effect: chains, comma-separated: none (no sidecars), fifo, orf, orf-chain (orf whose
-    /// first sidecar keeps each request's slot through the chain: `c` requests in it at once).
+    /// first sidecar keeps each request's slot through the chain: `c` requests in it at once),
+    /// orf-first (orf-chain's first sidecar alone, the services behind it calling each other).
     #[arg(long, value_delimiter = ',', default_value = "none,fifo,orf,orf-chain", value_parser = Sidecars::parse)]
     sidecars: Vec<Sidecars>,
     /// Effect: measured requests per run (after the warm-up).

@@ -218,3 +218,53 @@ fn a_chain_without_c_runs_each_sidecar_on_its_adaptive_limit() {
     drop(chain);
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn the_orf_first_chain_gates_the_whole_chain_with_its_only_sidecar() {
+    // One sidecar, at the first tier, keeping a request's slot until the chain answers; the
+    // services behind it call each other directly and still see the edge's GAT (they
+    // forward `baggage`).
+    let Some((chain, out)) =
+        start_chain("the_orf_first_chain_gates_the_whole_chain_with_its_only_sidecar", Sidecars::OrfFirst)
+    else {
+        return;
+    };
+    let configs: Vec<String> = std::fs::read_dir(out.join("logs"))
+        .expect("the logs")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".toml") && n.contains("sidecar"))
+        .collect();
+    assert_eq!(configs, ["effect-orf-first-sidecar0.toml"], "one sidecar, at the first tier");
+    let conf = std::fs::read_to_string(out.join("logs/effect-orf-first-sidecar0.toml")).expect("its config");
+    assert!(conf.contains("release_on_egress = false"), "{conf}");
+    let lines = chain.trace(&chain.entry, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let ctx: Vec<_> =
+        lines.iter().map(|l| l.context.unwrap_or_else(|| panic!("a tier got no context: {lines:?}"))).collect();
+    assert!(lines.len() == TIERS && ctx.iter().all(|c| c.gat == ctx[0].gat), "{lines:?}");
+
+    let first: Uri = format!("http://{}/", chain.sidecar_addrs[0]).parse().expect("uri");
+    let metric = |name: &str| chain.sidecar_metric(0, name).unwrap_or_else(|e| panic!("{e}"));
+    wait_for("an empty sidecar", || metric("tailor_proxy_in_flight") == 0.0);
+    let t0 = now_ns();
+    let ctx = |gat: u64| format!("1.g{gat}.c0.k1.h0");
+    let (long, next) = std::thread::scope(|s| {
+        // 400 ms of work at the second tier, behind the first service's call out.
+        let long = s.spawn(|| chain.trace(&first, &[("tailor-context", &ctx(t0)), ("tailor-demand-us", "0,400000,0")]));
+        wait_for("the long request inside", || metric("tailor_proxy_in_flight") == 1.0);
+        // An older request waits at the sidecar for the whole chain, not for the first tier.
+        let next = s.spawn(|| chain.trace(&first, &[("tailor-context", &ctx(t0 - 1_000_000_000))]));
+        wait_for("the next request waiting", || metric("tailor_proxy_queue_length") == 1.0);
+        let j = |h: std::thread::ScopedJoinHandle<'_, Result<_, String>>| {
+            h.join().expect("thread").unwrap_or_else(|e| panic!("{e}"))
+        };
+        (j(long), j(next))
+    });
+    assert_eq!((long.len(), next.len()), (TIERS, TIERS), "{long:?} {next:?}");
+    assert!(long[0].seq < next[0].seq, "the waiting request started first: long {long:?}, next {next:?}");
+    assert!(long[1].seq < next[1].seq, "the waiting request reached the second tier first: {long:?} {next:?}");
+    wait_for("the slot given back", || {
+        metric("tailor_proxy_in_flight") == 0.0 && metric("tailor_proxy_queue_length") == 0.0
+    });
+    drop(chain);
+    let _ = std::fs::remove_dir_all(&out);
+}

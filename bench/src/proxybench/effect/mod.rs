@@ -47,10 +47,15 @@ pub enum Sidecars {
     /// As `Orf`, but the first sidecar keeps a request's slot until its response ends
     /// (`release_on_egress = false`): the `c` oldest requests are in the chain at once.
     OrfChain,
+    /// The whole-chain gate alone: `OrfChain`'s first sidecar and no other. The services
+    /// behind it call each other directly, forwarding `baggage`; only the first sidecar
+    /// orders anything in `OrfChain`, and each other sidecar costs CPU on the same host.
+    OrfFirst,
 }
 
 impl Sidecars {
-    pub const ALL: [Sidecars; 4] = [Sidecars::None, Sidecars::Fifo, Sidecars::Orf, Sidecars::OrfChain];
+    pub const ALL: [Sidecars; 5] =
+        [Sidecars::None, Sidecars::Fifo, Sidecars::Orf, Sidecars::OrfChain, Sidecars::OrfFirst];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -58,6 +63,21 @@ impl Sidecars {
             Sidecars::Fifo => "fifo",
             Sidecars::Orf => "orf",
             Sidecars::OrfChain => "orf-chain",
+            Sidecars::OrfFirst => "orf-first",
+        }
+    }
+
+    /// Whether the first sidecar keeps a request's slot until its response ends.
+    pub fn gates_whole_chain(self) -> bool {
+        matches!(self, Sidecars::OrfChain | Sidecars::OrfFirst)
+    }
+
+    /// Whether tier `tier`'s service has a sidecar in front of it.
+    pub fn at_tier(self, tier: usize) -> bool {
+        match self {
+            Sidecars::None => false,
+            Sidecars::OrfFirst => tier == 0,
+            Sidecars::Fifo | Sidecars::Orf | Sidecars::OrfChain => true,
         }
     }
 
@@ -65,7 +85,7 @@ impl Sidecars {
     fn order(self) -> &'static str {
         match self {
             Sidecars::Fifo => "fifo",
-            Sidecars::None | Sidecars::Orf | Sidecars::OrfChain => "orf",
+            Sidecars::None | Sidecars::Orf | Sidecars::OrfChain | Sidecars::OrfFirst => "orf",
         }
     }
 
@@ -73,7 +93,7 @@ impl Sidecars {
         Sidecars::ALL
             .into_iter()
             .find(|m| m.name() == s)
-            .ok_or_else(|| format!("unknown sidecars `{s}`; use none, fifo, orf or orf-chain"))
+            .ok_or_else(|| format!("unknown sidecars `{s}`; use none, fifo, orf, orf-chain or orf-first"))
     }
 
     /// How the simulator models it: Linux's scheduler on the host and, with sidecars, the
@@ -87,7 +107,7 @@ impl Sidecars {
             Sidecars::None => None,
             Sidecars::Fifo => Some(AdmitSpec::new(AdmitOrder::Fifo, c)),
             Sidecars::Orf => Some(AdmitSpec::new(AdmitOrder::Gfifo, c)),
-            Sidecars::OrfChain => {
+            Sidecars::OrfChain | Sidecars::OrfFirst => {
                 return ModeModel { host_policy: PolicySpec::Orf { c, slice_us: demo.slice_us }, admit: None }
             }
         };
@@ -166,6 +186,7 @@ impl ProxyChain {
         let name = spec.sidecars.name();
         let log = |what: &str| spec.logs.join(format!("effect-{name}-{what}.log"));
         let with = spec.sidecars != Sidecars::None;
+        let sidecar_at = |tier: usize| spec.sidecars.at_tier(tier);
         let mut procs = Processes::default();
         // Inbound and egress ports of every sidecar, chosen up front: a service must know
         // its egress address before its sidecar starts.
@@ -177,7 +198,7 @@ impl ProxyChain {
         let mut sidecar_addrs = vec![String::new(); TIERS];
         let mut sidecar_admins = vec![String::new(); TIERS];
         for tier in (0..TIERS).rev() {
-            let downstream = match (&next, with) {
+            let downstream = match (&next, sidecar_at(tier)) {
                 (None, _) => String::new(),
                 (Some(_), true) => format!("http://127.0.0.1:{}/", ports[tier].1),
                 (Some(n), false) => format!("http://{n}/"),
@@ -199,14 +220,14 @@ impl ProxyChain {
                 )?
             };
             let service = address_in(&line)?;
-            if !with {
+            if !sidecar_at(tier) {
                 next = Some(service);
                 continue;
             }
             let (listen, egress, admin) = ports[tier];
             // Only the first sidecar of an `orf-chain` keeps the slot: it bounds the whole
             // chain, so the ones behind it never queue.
-            let release = !(spec.sidecars == Sidecars::OrfChain && tier == 0);
+            let release = !(spec.sidecars.gates_whole_chain() && tier == 0);
             let mut toml = format!(
                 "listen = \"127.0.0.1:{listen}\"\nupstream = \"{service}\"\nadmin = \"127.0.0.1:{admin}\"\norder = \"{}\"\n{}release_on_egress = {release}\ndrain_timeout_ms = 100\n",
                 spec.sidecars.order(),

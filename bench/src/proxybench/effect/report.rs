@@ -170,7 +170,7 @@ pub fn cpu_table(r: &EffectReport) -> String {
     s
 }
 
-/// The targets: GAT-ordering sidecars' p99 (orf, orf-chain) ≥ 30% below none's at the
+/// The targets: GAT-ordering sidecars' p99 (orf, orf-chain, orf-first) ≥ 30% below none's at the
 /// highest load, and the simulator within 20% of every measured median p99.
 pub fn verdict(r: &EffectReport) -> String {
     let mut s = String::new();
@@ -195,7 +195,7 @@ pub fn verdict(r: &EffectReport) -> String {
             upper_median(&runs_of(r, mode, &w, rho).iter().map(|x| x.summary.latency_ms.p99).collect::<Vec<_>>())
         };
         let (fifo, none) = (med(Sidecars::Fifo), med(Sidecars::None));
-        for mode in [Sidecars::Orf, Sidecars::OrfChain] {
+        for mode in [Sidecars::Orf, Sidecars::OrfChain, Sidecars::OrfFirst] {
             let p99 = med(mode);
             if p99.is_finite() && none.is_finite() {
                 let change = (p99 / none - 1.0) * 100.0;
