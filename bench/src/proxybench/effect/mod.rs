@@ -186,7 +186,6 @@ impl ProxyChain {
         let name = spec.sidecars.name();
         let log = |what: &str| spec.logs.join(format!("effect-{name}-{what}.log"));
         let with = spec.sidecars != Sidecars::None;
-        let sidecar_at = |tier: usize| spec.sidecars.at_tier(tier);
         let mut procs = Processes::default();
         // Inbound and egress ports of every sidecar, chosen up front: a service must know
         // its egress address before its sidecar starts.
@@ -198,7 +197,7 @@ impl ProxyChain {
         let mut sidecar_addrs = vec![String::new(); TIERS];
         let mut sidecar_admins = vec![String::new(); TIERS];
         for tier in (0..TIERS).rev() {
-            let downstream = match (&next, sidecar_at(tier)) {
+            let downstream = match (&next, spec.sidecars.at_tier(tier)) {
                 (None, _) => String::new(),
                 (Some(_), true) => format!("http://127.0.0.1:{}/", ports[tier].1),
                 (Some(n), false) => format!("http://{n}/"),
@@ -220,7 +219,7 @@ impl ProxyChain {
                 )?
             };
             let service = address_in(&line)?;
-            if !sidecar_at(tier) {
+            if !spec.sidecars.at_tier(tier) {
                 next = Some(service);
                 continue;
             }
@@ -586,8 +585,7 @@ pub fn run(programs: &Programs, cfg: &EffectConfig, say: &dyn Progress) -> Resul
                         }
                     }
                     let summary = summarize(&records, cfg.warmup, TIERS as u32, cfg.cores);
-                    let mean_demand_us = records.iter().map(|r| r.total_demand_ns() as f64 / 1e3).sum::<f64>()
-                        / records.len().max(1) as f64;
+                    let mean_demand_us: f64 = demand_by_tier_us.iter().sum();
                     let measured = cpu.cpu_per_request_us - mean_demand_us;
                     let overhead_us = if measured > 0.0 { measured } else { cal.overhead_us };
                     let predicted_c = match cfg.c {
