@@ -103,10 +103,18 @@ fn wait_restored(svc: &Proc, t0: u64, timeout: Duration) -> Option<f64> {
 
 /// Watches the service for `window` (or until it re-attaches, when raising its I/O and pool
 /// threads is right again): every thread found at an RT priority or SCHED_IDLE.
+///
+/// A look counts only if the service is still fallen back after it: a re-attach raises the
+/// watchdog first and then the other threads, so a look that raced with one (reading a
+/// thread the re-attach had just raised) is followed by the watchdog found at SCHED_FIFO.
 fn left_raised(svc: &Proc, window: Duration, left: &mut Vec<String>) {
     let end = Instant::now() + window;
     while Instant::now() < end && !attached(svc) {
-        for t in node::raised_threads(svc.pid()) {
+        let raised = node::raised_threads(svc.pid());
+        if attached(svc) {
+            break;
+        }
+        for t in raised {
             let d = t.describe();
             if !left.contains(&d) {
                 left.push(d);
