@@ -32,6 +32,9 @@ pub struct Recorder {
     /// records (the per-node path); each checked before it is used.
     pub(crate) known_arrival_order: Option<Vec<u32>>,
     pub(crate) known_ideal_order: Option<Vec<u32>>,
+    /// The records' [`reordering_pct`], from an engine path that counted it
+    /// over its requests in arrival order ([`reordering_in_arrival_order`]).
+    pub(crate) known_reordering_pct: Option<f64>,
 }
 
 impl Recorder {
@@ -101,47 +104,61 @@ impl Recorder {
     }
 
     /// Computes the run's summary. It runs once per run; quantiles are selected, not
-    /// sorted for (the arrival-order sorts of the intervals and the reordering remain).
-    /// A large run's summary uses a second thread: the two sorts run side by
-    /// side, then the reordering sweep beside everything else. When the engine
-    /// path gave the records' orders (checked first), there are no sorts: the
-    /// ideal-completion ranks and the sweep run beside everything else.
+    /// sorted for (the arrival-order sort of the intervals remains, and the
+    /// reordering sweep's ranks when its windows are long). A large run's
+    /// summary uses a second thread: the statistics that follow the arrival
+    /// order (the reordering, the batches of the intervals) and the slowdown
+    /// beside the quantiles and the per-class and per-fan-out tails. When the
+    /// engine path gave the records' orders (checked first), nothing is sorted.
     pub fn summarize(&self) -> Summary {
         let parallel = self.latency.len() >= PARALLEL_SUMMARY_MIN;
         let n = self.gat.len();
         let known_by_gat = self.known_arrival_order.as_deref().filter(|o| key_order::is_order(o, n, |i| self.gat[i]));
-        let (reordering_pct, mut summary) = if let Some(by_gat) = known_by_gat {
-            both(
-                parallel,
-                || {
-                    let ideal_end = |i: usize| self.gat[i] + self.ideal_latency[i];
-                    let known = self.known_ideal_order.as_deref().filter(|o| key_order::is_order(o, n, ideal_end));
-                    let ranks = match known {
-                        Some(order) => {
-                            let (rank, distinct) = key_order::dense_ranks_in(order, ideal_end);
-                            (rank, distinct.max(1))
-                        }
-                        None => ideal_ranks(&self.gat, &self.ideal_latency),
-                    };
-                    reordering_sweep(&self.gat, &self.latency, &ranks, by_gat)
-                },
-                || self.summarize_except_reordering(by_gat),
-            )
-        } else {
-            let (ranks, by_gat) =
-                both(parallel, || ideal_ranks(&self.gat, &self.ideal_latency), || arrival_order(&self.gat));
-            both(
-                parallel,
-                || reordering_sweep(&self.gat, &self.latency, &ranks, &by_gat),
-                || self.summarize_except_reordering(&by_gat),
-            )
+        let sorted_by_gat;
+        let by_gat = match known_by_gat {
+            Some(order) => order,
+            None => {
+                sorted_by_gat = arrival_order(&self.gat);
+                &sorted_by_gat
+            }
         };
-        summary.reordering_pct = reordering_pct;
+        let (side, mut summary) = both(parallel, || self.in_arrival_order(by_gat), || self.summarize_the_rest());
+        summary.reordering_pct = side.reordering_pct;
+        summary.slowdown_p99 = side.slowdown_p99;
+        summary.ci95 = side.batches.map(|b| b.intervals(summary.latency_ms.mean, summary.latency_ms.p99));
         summary
     }
 
-    /// The summary with `reordering_pct` left at 0; `by_gat`: [`arrival_order`].
-    fn summarize_except_reordering(&self, by_gat: &[u32]) -> Summary {
+    /// The reordering, the slowdown's p99 and the batches of the confidence
+    /// intervals; `by_gat`: [`arrival_order`].
+    fn in_arrival_order(&self, by_gat: &[u32]) -> SideStatistics {
+        let reordering_pct = self
+            .known_reordering_pct
+            .or_else(|| reordering_by_window(&self.gat, &self.latency, &self.ideal_latency, by_gat))
+            .unwrap_or_else(|| {
+                let n = self.gat.len();
+                let ideal_end = |i: usize| self.gat[i] + self.ideal_latency[i];
+                let known = self.known_ideal_order.as_deref().filter(|o| key_order::is_order(o, n, ideal_end));
+                let ranks = match known {
+                    Some(order) => {
+                        let (rank, distinct) = key_order::dense_ranks_in(order, ideal_end);
+                        (rank, distinct.max(1))
+                    }
+                    None => ideal_ranks(&self.gat, &self.ideal_latency),
+                };
+                reordering_sweep(&self.gat, &self.latency, &ranks, by_gat)
+            });
+        let mut slowdown: Vec<f64> =
+            self.latency.iter().zip(&self.demand).map(|(&l, &d)| l as f64 / d.max(1) as f64).collect();
+        // Quantiles of a group are selected (O(n)), not sorted for: the value at a
+        // rank is the same either way.
+        let slowdown_p99 = select_quantile_f64(&mut slowdown, 0.99);
+        SideStatistics { reordering_pct, slowdown_p99, batches: self.batches(by_gat) }
+    }
+
+    /// The summary but for what [`Recorder::in_arrival_order`] gives (left at
+    /// 0 and `None`).
+    fn summarize_the_rest(&self) -> Summary {
         let n = self.latency.len();
         let mut all = Ranked::new(self.latency.clone());
         let rejected: u64 = self.rejected_by_class.iter().sum();
@@ -153,12 +170,6 @@ impl Recorder {
         } else {
             1
         };
-        let mut slowdown: Vec<f64> =
-            self.latency.iter().zip(&self.demand).map(|(&l, &d)| l as f64 / d.max(1) as f64).collect();
-        // Quantiles of a group are selected (O(n)), not sorted for: the value at a
-        // rank is the same either way.
-        let slowdown_p99 = select_quantile_f64(&mut slowdown, 0.99);
-
         let mut per_class = Vec::new();
         for (c, name) in self.class_names.iter().enumerate() {
             let pct = self.class_slo[c].map_or(99.0, |(p, _)| p);
@@ -219,7 +230,6 @@ impl Recorder {
             }
         }
         let has_slo = self.class_slo.iter().any(Option::is_some);
-        let ci95 = self.batch_ci95(&mut all, by_gat);
         Summary {
             requests: n as u64,
             offered,
@@ -233,10 +243,10 @@ impl Recorder {
                 p999: all.quantile_ms(0.999),
                 max: all.quantile_ms(1.0),
             },
-            ci95,
+            ci95: None,
             throughput_rps: n as f64 / (span as f64 / NANOS_PER_SEC as f64),
             reordering_pct: 0.0,
-            slowdown_p99,
+            slowdown_p99: 0.0,
             tasks: self.tasks_dequeued,
             deadline_miss_pct: pct_of(self.tasks_missed, self.tasks_dequeued),
             slo_met: if has_slo { Some(!groups.is_empty() && groups.iter().all(|g| g.met)) } else { None },
@@ -246,29 +256,55 @@ impl Recorder {
         }
     }
 
-    /// 95% confidence intervals of the mean and p99 by batch means: the
-    /// measured requests in arrival order cut into 20 batches, the statistic
-    /// per batch, a t-interval (19 degrees of freedom) from their spread,
-    /// centred on the whole-sample statistic.
-    /// Consecutive batches of a stable queue are nearly independent when each
-    /// holds many busy periods; with fewer than 20 requests per batch there is
-    /// no interval.
-    /// `all`: every latency; `by_gat`: [`arrival_order`].
-    fn batch_ci95(&self, all: &mut Ranked, by_gat: &[u32]) -> Option<ConfidenceIntervals> {
-        const BATCHES: usize = 20;
-        const T_19_975: f64 = 2.093;
+    /// The batches of the 95% confidence intervals of the mean and p99 (see
+    /// [`Batches::intervals`]): the measured requests in arrival order cut
+    /// into 20 batches, the statistic per batch. With fewer than 20 requests
+    /// per batch there is no interval. `by_gat`: [`arrival_order`].
+    fn batches(&self, by_gat: &[u32]) -> Option<Batches> {
         let n = self.latency.len();
         if n < BATCHES * 20 {
             return None;
         }
         let size = n / BATCHES;
         let (mut means, mut p99s) = (Vec::with_capacity(BATCHES), Vec::with_capacity(BATCHES));
+        let mut lat: Vec<Nanos> = Vec::with_capacity(size);
         for b in 0..BATCHES {
-            let mut lat: Vec<Nanos> =
-                by_gat[b * size..(b + 1) * size].iter().map(|&i| self.latency[i as usize]).collect();
+            lat.clear();
+            lat.extend(by_gat[b * size..(b + 1) * size].iter().map(|&i| self.latency[i as usize]));
             means.push(lat.iter().map(|&x| x as f64).sum::<f64>() / size as f64 / 1e6);
             p99s.push(select_quantile_ms(&mut lat, 0.99));
         }
+        Some(Batches { means, p99s })
+    }
+
+    fn select(&self, keep: impl Fn(usize) -> bool) -> Vec<Nanos> {
+        (0..self.latency.len()).filter(|&i| keep(i)).map(|i| self.latency[i]).collect()
+    }
+}
+
+/// Batches of the confidence intervals.
+const BATCHES: usize = 20;
+
+/// What the summary's second thread computes: see [`Recorder::in_arrival_order`].
+struct SideStatistics {
+    reordering_pct: f64,
+    slowdown_p99: f64,
+    batches: Option<Batches>,
+}
+
+/// Per batch of arrivals, the mean and p99 latency in ms.
+struct Batches {
+    means: Vec<f64>,
+    p99s: Vec<f64>,
+}
+
+impl Batches {
+    /// 95% confidence intervals of the mean and p99 by batch means: a
+    /// t-interval (19 degrees of freedom) from the batches' spread, centred on
+    /// the whole-sample statistic (`mean_ms`, `p99_ms`). Consecutive batches of
+    /// a stable queue are nearly independent when each holds many busy periods.
+    fn intervals(&self, mean_ms: f64, p99_ms: f64) -> ConfidenceIntervals {
+        const T_19_975: f64 = 2.093;
         // Centred on the whole-sample statistic, as benches/ciw/mmc.py does.
         let interval = |xs: &[f64], centre: f64| {
             let m = xs.iter().sum::<f64>() / xs.len() as f64;
@@ -276,15 +312,7 @@ impl Recorder {
             let half = T_19_975 * (var / xs.len() as f64).sqrt();
             [centre - half, centre + half]
         };
-        let overall_mean = all.mean() / 1e6;
-        Some(ConfidenceIntervals {
-            mean_ms: interval(&means, overall_mean),
-            p99_ms: interval(&p99s, all.quantile_ms(0.99)),
-        })
-    }
-
-    fn select(&self, keep: impl Fn(usize) -> bool) -> Vec<Nanos> {
-        (0..self.latency.len()).filter(|&i| keep(i)).map(|i| self.latency[i]).collect()
+        ConfidenceIntervals { mean_ms: interval(&self.means, mean_ms), p99_ms: interval(&self.p99s, p99_ms) }
     }
 }
 
@@ -361,9 +389,98 @@ pub(crate) fn both<A: Send, B>(parallel: bool, a: impl FnOnce() -> A + Send, b: 
     })
 }
 
+/// Most records a [`reordering_by_window`] scan visits per record on average
+/// before it leaves the count to the sweep.
+const WINDOW_STEPS_PER_RECORD: usize = 64;
+
+/// [`reordering_pct`] given the records' [`arrival_order`], by looking at each
+/// record's window: a younger request that finished earlier arrived before the
+/// record completed (`gat_j ≤ end_j < end_i`), so only the records arriving
+/// between its arrival and its completion can overtake it. When requests are
+/// few in the system (a stable queue's usual state) that is a handful of
+/// records each, read nearly in order (the records are in completion order,
+/// close to arrival order), against the sweep's two walks of a Fenwick tree
+/// per record. `None` once the windows hold more than
+/// [`WINDOW_STEPS_PER_RECORD`] records per record on average (long queues):
+/// then the sweep counts, in O(n log n). The same count either way: both
+/// apply the definition.
+fn reordering_by_window(gat: &[Nanos], latency: &[Nanos], ideal: &[Nanos], by_gat: &[u32]) -> Option<f64> {
+    let n = by_gat.len();
+    if n == 0 {
+        return Some(0.0);
+    }
+    let budget = WINDOW_STEPS_PER_RECORD.saturating_mul(n);
+    let (mut steps, mut reordered) = (0usize, 0u64);
+    for k in 0..n {
+        let x = by_gat[k] as usize;
+        let (arrived, end, ideal_end) = (gat[x], gat[x] + latency[x], gat[x] + ideal[x]);
+        let mut j = k + 1;
+        while j < n {
+            let y = by_gat[j] as usize;
+            let g = gat[y];
+            if g >= end {
+                break;
+            }
+            // Equal arrival times did not arrive after one another.
+            if g > arrived && g + latency[y] < end && g + ideal[y] > ideal_end {
+                reordered += 1;
+                break;
+            }
+            j += 1;
+        }
+        steps += j - k;
+        if steps > budget {
+            return None;
+        }
+    }
+    Some(100.0 * reordered as f64 / n as f64)
+}
+
+/// [`reordering_by_window`] over requests already in arrival order (`gat`
+/// ascending), their latencies and ideal latencies given as 32-bit values
+/// (an engine path that has its requests in that order; `None` as well when
+/// a latency does not fit). Each window is read in runs of 8 records tested
+/// without a branch per record: whether a younger record overtook is about
+/// as likely as not, so a branch per test would mispredict about as often.
+pub(crate) fn reordering_in_arrival_order(gat: &[Nanos], latency: &[u32], ideal: &[u32]) -> Option<f64> {
+    const RUN: usize = 8;
+    let n = gat.len();
+    assert!(latency.len() == n && ideal.len() == n, "one latency and one ideal latency per arrival");
+    if n == 0 {
+        return Some(0.0);
+    }
+    let budget = WINDOW_STEPS_PER_RECORD.saturating_mul(n);
+    let (mut steps, mut reordered) = (0usize, 0u64);
+    for k in 0..n {
+        let arrived = gat[k];
+        let (end, ideal_end) = (arrived + latency[k] as Nanos, arrived + ideal[k] as Nanos);
+        let mut j = k + 1;
+        while j < n && gat[j] < end {
+            let stop = (j + RUN).min(n);
+            let mut overtaken = false;
+            for m in j..stop {
+                let g = gat[m];
+                // Past the window (`g ≥ end`) a record cannot finish before `end`.
+                overtaken |= (g > arrived) & (g + (latency[m] as Nanos) < end) & (g + ideal[m] as Nanos > ideal_end);
+            }
+            j = stop;
+            if overtaken {
+                reordered += 1;
+                break;
+            }
+        }
+        steps += j - k;
+        if steps > budget {
+            return None;
+        }
+    }
+    Some(100.0 * reordered as f64 / n as f64)
+}
+
 /// [`reordering_pct`] given the records' [`arrival_order`].
 fn reordering_pct_in(gat: &[Nanos], latency: &[Nanos], ideal: &[Nanos], by_gat: &[u32]) -> f64 {
-    reordering_sweep(gat, latency, &ideal_ranks(gat, ideal), by_gat)
+    reordering_by_window(gat, latency, ideal, by_gat)
+        .unwrap_or_else(|| reordering_sweep(gat, latency, &ideal_ranks(gat, ideal), by_gat))
 }
 
 /// Rank of each record's ideal completion (`gat + ideal`), equal values sharing
@@ -531,7 +648,33 @@ mod tests {
                     })
                 })
                 .count();
-            assert_eq!(reordering_pct(&gat, &lat, &ideal), 100.0 * slow as f64 / n as f64);
+            let expected = 100.0 * slow as f64 / n as f64;
+            assert_eq!(reordering_pct(&gat, &lat, &ideal), expected);
+            // Both ways of counting, whichever `reordering_pct` took.
+            let by_gat = arrival_order(&gat);
+            assert_eq!(reordering_by_window(&gat, &lat, &ideal, &by_gat), Some(expected));
+            assert_eq!(reordering_sweep(&gat, &lat, &ideal_ranks(&gat, &ideal), &by_gat), expected);
+            let in_order = |col: &[Nanos]| -> Vec<u32> { by_gat.iter().map(|&i| col[i as usize] as u32).collect() };
+            let sorted_gat: Vec<Nanos> = by_gat.iter().map(|&i| gat[i as usize]).collect();
+            assert_eq!(reordering_in_arrival_order(&sorted_gat, &in_order(&lat), &in_order(&ideal)), Some(expected));
         }
+    }
+
+    #[test]
+    fn long_windows_leave_the_count_to_the_sweep() {
+        // Every request arrives before any completes, and they complete in
+        // arrival order but the first, which completes last: each window holds
+        // every younger record, ~n²/2 in all, beyond the budget for n > 128.
+        let n = 400;
+        let gat: Vec<Nanos> = (0..n).collect();
+        let mut lat: Vec<Nanos> = vec![10 * n; n as usize];
+        lat[0] = 20 * n;
+        let ideal = vec![1; n as usize];
+        let by_gat = arrival_order(&gat);
+        assert_eq!(reordering_by_window(&gat, &lat, &ideal, &by_gat), None);
+        let narrow = |col: &[Nanos]| -> Vec<u32> { col.iter().map(|&x| x as u32).collect() };
+        assert_eq!(reordering_in_arrival_order(&gat, &narrow(&lat), &narrow(&ideal)), None);
+        // Only the first is overtaken (by every younger one).
+        assert_eq!(reordering_pct(&gat, &lat, &ideal), 100.0 / n as f64);
     }
 }

@@ -41,7 +41,7 @@ use super::arrivals::Arrivals;
 use super::prepare::{prepared_path_applies, Chunk, Draws};
 use super::{Engine, RunStats};
 use crate::key_order;
-use crate::metrics::{both, Recorder};
+use crate::metrics::{self, both, Recorder};
 use crate::model::{Fanout, Model};
 
 /// `prev` of a task that started at its own arrival (its node was idle).
@@ -113,8 +113,12 @@ pub(super) fn run(m: &Model, parallel: bool) -> Option<(Recorder, RunStats)> {
         if tasks >= AT_ARRIVAL as usize {
             return None;
         }
-        done.resize_with(tasks, AtomicU64::default);
-        prev.resize_with(tasks, AtomicU32::default);
+        if done.is_empty() {
+            (done, prev) = both(parallel, || zeroed_atomics(tasks), || zeroed_atomics(tasks));
+        } else {
+            done.resize_with(tasks, AtomicU64::default);
+            prev.resize_with(tasks, AtomicU32::default);
+        }
         let cols = Cols { done: &done, prev: &prev };
         if parallel {
             // Two threads, half of the nodes each: a node's queue depends
@@ -167,13 +171,31 @@ fn feed(
     running: &mut [u32],
     cols: Cols,
 ) {
-    for i in range {
-        let (arrival, class) = (c.gat[i], c.class[i]);
-        for t in c.tasks(i) {
-            // Wrapping: a node below `first_node` becomes a large index.
-            let n = (c.task_node[t] as usize).wrapping_sub(first_node);
-            let Some(queue) = queues.get_mut(n) else { continue };
-            let queue = &mut **queue;
+    // A block of requests at a time, its tasks for these nodes listed first
+    // without a branch per task: the node a task goes to is random, so a test
+    // that skips the other nodes' tasks as it goes would mispredict about
+    // every other task.
+    let mut own: Vec<(u32, u32)> = Vec::new();
+    let mut block = range.start;
+    while block < range.end {
+        let block_end = (block + FEED_BLOCK).min(range.end);
+        let block_tasks = c.tasks(block).start..c.tasks(block_end - 1).end;
+        if own.len() < block_tasks.len() {
+            own.resize(block_tasks.len(), (0, 0));
+        }
+        let mut listed = 0;
+        for i in block..block_end {
+            for t in c.tasks(i) {
+                own[listed] = (t as u32, i as u32);
+                // Wrapping: a node below `first_node` becomes a large index.
+                listed += ((c.task_node[t] as usize).wrapping_sub(first_node) < queues.len()) as usize;
+            }
+        }
+        for &(t, i) in &own[..listed] {
+            let (t, i) = (t as usize, i as usize);
+            let n = c.task_node[t] as usize - first_node;
+            let (arrival, class) = (c.gat[i], c.class[i]);
+            let queue = &mut *queues[n];
             loop {
                 let q = running[n];
                 if q == AT_ARRIVAL {
@@ -200,8 +222,47 @@ fn feed(
                 running[n] = t as u32;
             }
         }
+        block = block_end;
     }
 }
+
+/// Requests [`feed`] lists the tasks of at a time: their list stays in the
+/// first levels of cache.
+const FEED_BLOCK: usize = 512;
+
+/// `len` atomics at 0, in memory the allocator asks zeroed: a large block
+/// comes fresh from the kernel, already zero, so its pages are first touched
+/// where a task's completion is stored (by the feeding threads, side by side)
+/// rather than all written here on one thread.
+fn zeroed_atomics<A: ZeroedAtomic>(len: usize) -> Vec<A> {
+    let zeroed = std::mem::ManuallyDrop::new(vec![A::Plain::default(); len]);
+    let (ptr, len, capacity) = (zeroed.as_ptr() as *mut A, zeroed.len(), zeroed.capacity());
+    // SAFETY: `A` has the size, alignment and bit validity of `A::Plain` (the
+    // standard library documents it of `AtomicU64` and `AtomicU32`; checked
+    // at compile time below), so the block is a valid `Vec<A>` of the same
+    // layout, and `zeroed` gives up its ownership.
+    unsafe { Vec::from_raw_parts(ptr, len, capacity) }
+}
+
+/// An atomic integer and the plain integer of its representation.
+trait ZeroedAtomic {
+    type Plain: Clone + Default;
+}
+
+impl ZeroedAtomic for AtomicU64 {
+    type Plain = u64;
+}
+
+impl ZeroedAtomic for AtomicU32 {
+    type Plain = u32;
+}
+
+const _: () = assert!(
+    std::mem::size_of::<AtomicU64>() == std::mem::size_of::<u64>()
+        && std::mem::align_of::<AtomicU64>() == std::mem::align_of::<u64>()
+        && std::mem::size_of::<AtomicU32>() == std::mem::size_of::<u32>()
+        && std::mem::align_of::<AtomicU32>() == std::mem::align_of::<u32>()
+);
 
 /// Every drawn task's completion time and the task whose completion started
 /// it (`AT_ARRIVAL`: its own arrival). Atomics, loaded and stored relaxed
@@ -242,20 +303,34 @@ fn finish(
     // Each measured request responds at its last task's completion; the run
     // stops after the last of those responses.
     let measured = m.warmup as usize..(m.warmup + m.requests) as usize;
-    let ([mut responders, second], [last_first, last_second]) = halves(parallel, measured.clone(), |part| {
+    // With them, each request's latency and ideal latency in arrival order,
+    // for the reordering (32 bits each, if they fit).
+    let ([first, second], [last_first, last_second]) = halves(parallel, measured.clone(), |part| {
         let mut last = Ev::Root;
-        let responders: Vec<u32> = part
-            .map(|i| {
-                let t = responding_task(&chains, c.tasks(i));
-                if chains.cmp(Ev::Done(t), last) == Ordering::Greater {
-                    last = Ev::Done(t);
-                }
-                t
-            })
-            .collect();
-        (responders, last)
+        let mut responders = Vec::with_capacity(part.len());
+        let mut latency_u32 = Vec::with_capacity(part.len());
+        let mut ideal_u32 = Vec::with_capacity(part.len());
+        let mut fits = true;
+        for i in part {
+            let tasks = c.tasks(i);
+            let t = responding_task(&chains, tasks.clone());
+            if chains.cmp(Ev::Done(t), last) == Ordering::Greater {
+                last = Ev::Done(t);
+            }
+            let took = cols.done(t as usize) - c.gat[i];
+            let longest = c.task_demand[tasks].iter().copied().max().unwrap_or(0);
+            fits &= took <= u32::MAX as Nanos && longest <= u32::MAX as Nanos;
+            responders.push(t);
+            latency_u32.push(took as u32);
+            ideal_u32.push(longest as u32);
+        }
+        ((responders, latency_u32, ideal_u32, fits), last)
     });
-    responders.extend_from_slice(&second);
+    let (mut responders, mut latency_u32, mut ideal_u32, mut fits) = first;
+    responders.extend_from_slice(&second.0);
+    latency_u32.extend_from_slice(&second.1);
+    ideal_u32.extend_from_slice(&second.2);
+    fits &= second.3;
     drop(second);
     let last = if chains.cmp(last_second, last_first) == Ordering::Greater { last_second } else { last_first };
     let end = chains.time(last);
@@ -264,17 +339,23 @@ fn finish(
         return Err((count as f64 * end as f64 / c.gat[count].max(1) as f64).ceil() as usize);
     }
 
-    // The records on this thread; the counters and the requests' order by
-    // ideal completion (for the summary) on another.
-    let ((counted, ideal_by_request), record_of) = both(
+    // The records on this thread; the counters and the reordering (or, when
+    // its windows are long, the requests' order by ideal completion for the
+    // summary's sweep) on another.
+    let ((counted, reordering_pct, ideal_by_request), record_of) = both(
         parallel,
         || {
+            let reordering_pct = if fits {
+                metrics::reordering_in_arrival_order(&c.gat[measured.clone()], &latency_u32, &ideal_u32)
+            } else {
+                None
+            };
             let ideal_end = |j: usize| {
                 let i = measured.start + j;
                 c.gat[i] + c.task_demand[c.tasks(i)].iter().copied().max().unwrap_or(0)
             };
-            let by_ideal = key_order::sorted_indices(measured.len(), ideal_end);
-            (counters(c, measured.clone(), count, &chains, last), by_ideal)
+            let by_ideal = reordering_pct.is_none().then(|| key_order::sorted_indices(measured.len(), ideal_end));
+            (counters(c, measured.clone(), count, &chains, last), reordering_pct, by_ideal)
         },
         || {
             // Records in response order: by time, then as the general path took them.
@@ -304,12 +385,15 @@ fn finish(
     );
     // The records' arrival order and ideal-completion order, for the summary:
     // the requests' orders, equal keys in record order.
-    let mut by_ideal: Vec<u32> = ideal_by_request.iter().map(|&j| record_of[j as usize]).collect();
-    key_order::sort_ties(&mut by_ideal, |r| rec.gat[r as usize] + rec.ideal_latency[r as usize], u32::cmp);
+    if let Some(ideal_by_request) = ideal_by_request {
+        let mut by_ideal: Vec<u32> = ideal_by_request.iter().map(|&j| record_of[j as usize]).collect();
+        key_order::sort_ties(&mut by_ideal, |r| rec.gat[r as usize] + rec.ideal_latency[r as usize], u32::cmp);
+        rec.known_ideal_order = Some(by_ideal);
+    }
     let mut by_gat = record_of;
     key_order::sort_ties(&mut by_gat, |r| rec.gat[r as usize], u32::cmp);
     rec.known_arrival_order = Some(by_gat);
-    rec.known_ideal_order = Some(by_ideal);
+    rec.known_reordering_pct = reordering_pct;
     rec.admitted = m.requests;
     let (stats, dequeued, missed) = counted;
     rec.tasks_dequeued += dequeued;
@@ -472,13 +556,21 @@ fn draw_more(
             *c = part; // the first part as it is: no copy
             continue;
         }
-        let offset = c.task_node.len() as u32;
-        c.class.extend_from_slice(&part.class);
-        c.fanout.extend_from_slice(&part.fanout);
-        c.budget.extend_from_slice(&part.budget);
-        c.task_end.extend(part.task_end.iter().map(|&e| e + offset));
-        c.task_node.extend_from_slice(&part.task_node);
-        c.task_demand.extend_from_slice(&part.task_demand);
+        // The copies touch fresh pages of the columns: the demands on one
+        // thread, the rest (about as many bytes) on the other.
+        let Chunk { class, fanout, budget, task_end, task_node, task_demand, .. } = c;
+        let offset = task_node.len() as u32;
+        both(
+            parallel,
+            || task_demand.extend_from_slice(&part.task_demand),
+            || {
+                class.extend_from_slice(&part.class);
+                fanout.extend_from_slice(&part.fanout);
+                budget.extend_from_slice(&part.budget);
+                task_end.extend(part.task_end.iter().map(|&e| e + offset));
+                task_node.extend_from_slice(&part.task_node);
+            },
+        );
     }
     c.gat = gat;
     covered
