@@ -195,9 +195,10 @@ pub(super) fn report_markdown(cfg: &DemoConfig, report: &DemoReport) -> String {
     );
     let _ = writeln!(
         s,
-        "Load generator alone: {:.0} req/s completed of {:.0} offered (p99 send lag {:.0} µs). The chain with zero demand, unloaded: p50 {:.0} µs, {:.0} µs of CPU per request (the simulator adds it as a CPU stage on the shared host), {:.0} µs per hop beyond it (the simulator's network delay); rates from {:.0} µs of overhead per request{}. `bg CPUs`: CPUs' worth used by other processes during the run (a quiet machine has ~0); a run during which they took ≥ 0.1 is run again, up to twice, and the quietest attempt kept (\"N reruns\"). CPU idle states: {}.\n",
+        "Load generator alone: {:.0} req/s completed of {:.0} offered (p99 send lag {:.0} µs). The chain with zero demand, unloaded: p50 {:.0} µs, {:.0} µs of CPU per request (the simulator adds it as a CPU stage on the shared host), {:.0} µs per hop beyond it (the simulator's network delay); rates from {:.0} µs of overhead per request{}. `bg CPUs`: CPUs' worth used by other processes during the run (a quiet machine has ~0); a run during which they took ≥ {} is run again, up to {} times, and the quietest attempt kept (\"N reruns\"). CPU idle states: {}.\n",
         report.generator_max_rps, report.generator_offered_rps, report.generator_p99_lag_us, report.calibration.p50_us, report.calibration.overhead_us, report.calibration.hop_us,
         report.calibration.rate_overhead_us, if cfg.overhead_us.is_some() { " (--overhead-us)" } else { "" },
+        super::DISTURBED_BACKGROUND_CPUS, super::RERUNS_WHEN_DISTURBED,
         if report.idle_states == "off" { "off (/dev/cpu_dma_latency held at 0: idle CPUs poll)" } else { "the machine's" }
     );
     let _ = writeln!(
