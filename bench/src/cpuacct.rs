@@ -91,6 +91,13 @@ pub fn snapshot(pids: &[u32]) -> CpuSnapshot {
     CpuSnapshot { machine_busy, demo_ns, wall_ns: crate::clock::monotonic_ns() }
 }
 
+/// [`snapshot`] for a caller that has just read the demo's CPU time itself (`demo_ns`: this
+/// process's and its processes' trees', as [`snapshot`] adds them up), process by process.
+pub fn snapshot_with(demo_ns: u64) -> CpuSnapshot {
+    let machine_busy = machine_busy_ticks().unwrap_or(0);
+    CpuSnapshot { machine_busy, demo_ns, wall_ns: crate::clock::monotonic_ns() }
+}
+
 /// Every process below `pid` (children, their children, ...), from each thread's
 /// `/proc/<pid>/task/<tid>/children`.
 pub fn descendants(pid: u32) -> Vec<u32> {

@@ -33,6 +33,8 @@ pub use report::{cpu_table, plot, table, verdict, write};
 
 /// Tiers behind the edge: Go, Python, Go.
 pub const TIERS: usize = 3;
+/// Each tier's service, by the name its process runs under.
+const SERVICES: [&str; TIERS] = ["go-0", "python", "go-2"];
 
 /// What sits in front of each tier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -207,16 +209,11 @@ impl ProxyChain {
                 py.arg(&programs.python_service)
                     .args(["--port", "0", "--index", "1", "--workers", &spec.python_workers.to_string()])
                     .args(["--downstream", &downstream]);
-                procs.start_printing("python", py, &log("tier1"), "listening on ")?
+                procs.start_printing(SERVICES[1], py, &log("tier1"), "listening on ")?
             } else {
                 let mut go = Command::new(&programs.go_service);
                 go.args(["-addr", "127.0.0.1:0", "-index", &tier.to_string(), "-downstream", &downstream]);
-                procs.start_printing(
-                    if tier == 0 { "go-0" } else { "go-2" },
-                    go,
-                    &log(&format!("tier{tier}")),
-                    "listening on ",
-                )?
+                procs.start_printing(SERVICES[tier], go, &log(&format!("tier{tier}")), "listening on ")?
             };
             let service = address_in(&line)?;
             if !spec.sidecars.at_tier(tier) {
@@ -295,18 +292,15 @@ impl ProxyChain {
         body.lines().map(TierLine::parse).collect()
     }
 
-    pub fn pids(&self) -> Vec<u32> {
-        self.procs.pids()
-    }
-
     /// CPU time so far of each of the chain's processes (with the processes it forked: the
     /// Python tier's workers) and of this process (the load generator and the limit
-    /// sampler, named `generator`), ns.
-    fn cpu_ns_by_process(&self) -> Vec<(&'static str, u64)> {
-        let mut v: Vec<(&'static str, u64)> =
+    /// sampler, named `generator`), ns; and the snapshot of their sum (what
+    /// `cpuacct::usage` compares), so that each process is read once.
+    fn cpu_now(&self) -> (cpuacct::CpuSnapshot, Vec<(&'static str, u64)>) {
+        let mut each: Vec<(&'static str, u64)> =
             self.procs.named_pids().into_iter().map(|(name, pid)| (name, cpuacct::tree_cpu_ns(pid))).collect();
-        v.push(("generator", cpuacct::process_cpu_ns(std::process::id())));
-        v
+        each.push(("generator", cpuacct::process_cpu_ns(std::process::id())));
+        (cpuacct::snapshot_with(each.iter().map(|&(_, ns)| ns).sum()), each)
     }
 
     /// A gauge or counter of tier `tier`'s sidecar, from its /metrics.
@@ -418,12 +412,7 @@ pub struct ProcessCpu {
 impl ProcessCpu {
     /// The tier whose demand this process burns, if it is a tier's service.
     pub fn tier(&self) -> Option<usize> {
-        match self.process {
-            "go-0" => Some(0),
-            "python" => Some(1),
-            "go-2" => Some(2),
-            _ => None,
-        }
+        SERVICES.iter().position(|&s| s == self.process)
     }
 }
 
@@ -509,11 +498,11 @@ fn calibrate(chain: &ProxyChain) -> Result<Calibration, String> {
         demands_us: vec![vec![0; TIERS]; n],
     };
     send(&chain.entry, &zero(100), Duration::from_secs(10))?;
-    let pids = chain.pids();
-    let (before, before_each) = (cpuacct::snapshot(&pids), chain.cpu_ns_by_process());
+    let (before, before_each) = chain.cpu_now();
     let records = send(&chain.entry, &zero(300), Duration::from_secs(10))?;
-    let cpu = cpuacct::usage(&before, &cpuacct::snapshot(&pids), records.len());
-    let cpu_by_process_us = cpu_by_process_us(&before_each, &chain.cpu_ns_by_process(), records.len());
+    let (after, after_each) = chain.cpu_now();
+    let cpu = cpuacct::usage(&before, &after, records.len());
+    let cpu_by_process_us = cpu_by_process_us(&before_each, &after_each, records.len());
     let s = summarize(&records, 0, TIERS as u32, 1);
     let p50_us = s.latency_ms.p50 * 1e3;
     Ok(Calibration {
@@ -573,11 +562,11 @@ pub fn run(programs: &Programs, cfg: &EffectConfig, say: &dyn Progress) -> Resul
                 for k in turns(point, chains.len()) {
                     let chain = &chains[k];
                     let cal = calibrations.iter().find(|c| c.sidecars == chain.sidecars).expect("calibrated");
-                    let pids = chain.pids();
-                    let (before, before_each) = (cpuacct::snapshot(&pids), chain.cpu_ns_by_process());
+                    let (before, before_each) = chain.cpu_now();
                     let (records, limit) = send_sampling(chain, &plan, demo.timeout)?;
-                    let cpu = cpuacct::usage(&before, &cpuacct::snapshot(&pids), records.len());
-                    let cpu_by_process_us = cpu_by_process_us(&before_each, &chain.cpu_ns_by_process(), records.len());
+                    let (after, after_each) = chain.cpu_now();
+                    let cpu = cpuacct::usage(&before, &after, records.len());
+                    let cpu_by_process_us = cpu_by_process_us(&before_each, &after_each, records.len());
                     let mut demand_by_tier_us = [0.0; TIERS];
                     for r in &records {
                         for (tier, d) in demand_by_tier_us.iter_mut().zip(&r.demands_us) {
