@@ -8,7 +8,13 @@ resolves about 2% between two sidecar builds.
 
     cargo build --release -p tailor-cli -p tailor-bench
     python3 benches/sidecar_cost_ab.py --against OLD_TAILOR [--new target/release/tailor]
-        [--rates 6000,1000] [--rounds 4] [--seconds 3] [--malloc-rate 2000] [--out DIR]
+        [--bare target/release/bare_relay] [--rates 6000,1000] [--rounds 4] [--seconds 3]
+        [--malloc-rate 2000] [--out DIR]
+
+`--bare` adds a fourth relay: `bare_relay` (bench/src/bin/bare_relay.rs), hyper's
+HTTP/1.1 server and client on tokio's current-thread runtime with nothing of Tailor's —
+the floor the sidecar's stack sets, so its row says how much of the sidecar's cost is
+Tailor's own.
 
 On a shared machine run it through the measurement lock (it builds nothing):
 `flock /work/wt/MEASURE.lock python3 /work/wt/quiet.py python3 benches/sidecar_cost_ab.py ...`.
@@ -39,6 +45,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICK = os.sysconf("SC_CLK_TCK")
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 PR_SET_PDEATHSIG = 1
+RELAYS = ("nginx", "sidecar-old", "sidecar-new")
 
 
 def die_with_parent():
@@ -157,6 +164,11 @@ http {{
         p, log = procs.start(f"sidecar-{name}", [binary, "proxy", "sidecar", "--config", conf], env)
         wait_listening(port, p, f"sidecar {name} ({binary})", log)
         relays.append((f"sidecar-{name}", port, p.pid))
+    if args.bare:
+        port = free_port()
+        p, log = procs.start("bare-hyper", [args.bare, "--listen", f"127.0.0.1:{port}", "--upstream", upstream])
+        wait_listening(port, p, f"bare relay ({args.bare})", log)
+        relays.append(("bare-hyper", port, p.pid))
     return relays
 
 
@@ -229,7 +241,7 @@ def report(args, rows, mallocs, why_not):
         n = sum(r[3] for r in rs)
         per[(name, rate)] = sum(r[0] for r in rs) / n / 1e3
     for rate in args.rates:
-        for name in ("nginx", "sidecar-old", "sidecar-new"):
+        for name in RELAYS + (("bare-hyper",) if args.bare else ()):
             rs = rows[(name, rate)]
             n = sum(r[3] for r in rs)
             cpu = per[(name, rate)]
@@ -259,10 +271,12 @@ def main():
     p.add_argument("--malloc-rate", type=float, default=2000.0)
     p.add_argument("--malloc-seconds", type=float, default=2.0)
     p.add_argument("--no-malloc", action="store_true", help="skip the malloc count")
+    p.add_argument("--bare", help="also run this bare hyper relay (`target/release/bare_relay`): the stack's own floor")
     p.add_argument("--out", help="directory for configs and logs (default: a fresh temporary one)")
     args = p.parse_args()
     args.rates = [int(r) for r in args.rates.split(",")]
-    for what, path in (("--against", args.against), ("--new", args.new), ("--openloop", args.openloop)):
+    for what, path in (("--against", args.against), ("--new", args.new), ("--openloop", args.openloop),
+                       ("--bare", args.bare or args.openloop)):
         if not os.access(path, os.X_OK):
             sys.exit(f"{what} {path}: not an executable; build with `cargo build --release -p tailor-cli -p tailor-bench`")
     if shutil.which("nginx") is None:
@@ -273,9 +287,8 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     try:
         relays = start_all(args, procs)
-        openloop(args, relays[0][1], 500, 0.5, 99)  # warm every relay's connections
-        openloop(args, relays[1][1], 500, 0.5, 99)
-        openloop(args, relays[2][1], 500, 0.5, 99)
+        for _, port, _ in relays:
+            openloop(args, port, 500, 0.5, 99)  # warm every relay's connections
         load = open("/proc/loadavg").read().split()[:3]
         rows = measure_cpu(args, relays)
         mallocs, why_not = (None, "--no-malloc") if args.no_malloc else perf_malloc(args, relays)

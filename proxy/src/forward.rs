@@ -338,30 +338,44 @@ impl ResponseWait {
     }
 }
 
-/// `fut`'s output, unless `wait` is over first (`Err`: the wait in milliseconds), watched
-/// with `timer`, set for `wait.first()` or later. The timer is the caller's so that a
-/// pooled upstream connection can keep one for all its requests: moving a registered
-/// tokio timer later takes no lock and no allocation, a new one is registered and
-/// removed under the timer driver's lock every time.
-pub async fn within<F: Future>(
-    fut: F,
-    mut timer: Pin<&mut tokio::time::Sleep>,
-    wait: &ResponseWait,
-) -> Result<F::Output, u128> {
-    let mut fut = std::pin::pin!(fut);
-    std::future::poll_fn(move |cx| {
-        if let Poll::Ready(out) = fut.as_mut().poll(cx) {
+pin_project_lite::pin_project! {
+    /// `fut`'s output, unless `wait` is over first (`Err`: the wait in milliseconds), watched
+    /// with `timer`, set for `wait.first()` or later. The timer is the caller's so that a
+    /// pooled upstream connection can keep one for all its requests: moving a registered
+    /// tokio timer later takes no lock and no allocation, a new one is registered and
+    /// removed under the timer driver's lock every time.
+    ///
+    /// A future of its own rather than an `async fn`: an `async fn` keeps its argument and
+    /// the pinned copy it polls, so `fut` (a whole request's relay) would be carried, and
+    /// moved, twice.
+    pub struct Within<'a, F> {
+        #[pin]
+        fut: F,
+        timer: Pin<&'a mut tokio::time::Sleep>,
+        wait: &'a ResponseWait,
+    }
+}
+
+pub fn within<'a, F: Future>(fut: F, timer: Pin<&'a mut tokio::time::Sleep>, wait: &'a ResponseWait) -> Within<'a, F> {
+    Within { fut, timer, wait }
+}
+
+impl<F: Future> Future for Within<'_, F> {
+    type Output = Result<F::Output, u128>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(out) = this.fut.poll(cx) {
             return Poll::Ready(Ok(out));
         }
-        while timer.as_mut().poll(cx).is_ready() {
-            match wait.next() {
-                Ok(deadline) => timer.as_mut().reset(deadline),
+        while this.timer.as_mut().poll(cx).is_ready() {
+            match this.wait.next() {
+                Ok(deadline) => this.timer.as_mut().reset(deadline),
                 Err(ms) => return Poll::Ready(Err(ms)),
             }
         }
         Poll::Pending
-    })
-    .await
+    }
 }
 
 /// A request whose declared `content-length` is above `max_body_bytes`: refused before it

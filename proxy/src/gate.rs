@@ -11,9 +11,9 @@
 //! as a *stale* entry that is completed the moment it is dispatched; when stale entries
 //! pile up the policy is rebuilt from the live jobs, so memory stays bounded.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use rustc_hash::{FxHashMap, FxHashSet};
 use tailor_core::policy::{AnyPolicy, Job, JobId, Policy};
 use tailor_core::{Context, Nanos};
 use tokio::sync::oneshot;
@@ -79,12 +79,12 @@ struct State {
     limit: Limit,
     /// Real jobs waiting, with how to wake them (`None` only while `enter` holds the
     /// lock: a request admitted on arrival never needs waking).
-    waiting: HashMap<JobId, (Job, Option<oneshot::Sender<()>>)>,
+    waiting: FxHashMap<JobId, (Job, Option<oneshot::Sender<()>>)>,
     /// Real jobs inside the service, with the CPU the policy gave each (a hint: a
     /// rebuild may move them).
-    admitted: HashMap<JobId, (Job, usize)>,
+    admitted: FxHashMap<JobId, (Job, usize)>,
     /// Ids in the policy that nobody waits for any more.
-    stale: HashSet<JobId>,
+    stale: FxHashSet<JobId>,
     ghosts_running: Vec<JobId>,
     ghosts_waiting: Vec<JobId>,
     next_id: JobId,
@@ -149,9 +149,9 @@ impl Gate {
         let mut st = State {
             policy: build(config.order, c_max),
             limit,
-            waiting: HashMap::new(),
-            admitted: HashMap::new(),
-            stale: HashSet::new(),
+            waiting: FxHashMap::default(),
+            admitted: FxHashMap::default(),
+            stale: FxHashSet::default(),
             ghosts_running: Vec::new(),
             ghosts_waiting: Vec::new(),
             next_id: 1,

@@ -129,6 +129,12 @@ static HOP_BY_HOP: [HeaderName; 6] = [
 /// Hop-by-hop headers (RFC 9110 §7.6.1) and those named by `Connection`: not forwarded.
 /// `te: trailers` stays, gRPC needs it.
 pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    // Most requests carry none of them: one pass over the names (comparing a standard
+    // name is comparing a number) instead of a hashed lookup per candidate.
+    let any = headers.keys().any(|n| n == http::header::TE || HOP_BY_HOP.contains(n));
+    if !any {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(http::header::CONNECTION)
         .iter()
@@ -249,5 +255,27 @@ mod tests {
         let mut h = headers(&[("connection", "close, x-secret"), ("x-secret", "1"), ("te", "trailers"), ("a", "b")]);
         remove_hop_by_hop(&mut h);
         assert_eq!(h.len(), 2, "{h:?}");
+    }
+
+    /// Each hop-by-hop header alone is found (the one pass that decides whether to look
+    /// further must see every one of them), and a request with none keeps every header.
+    #[test]
+    fn every_hop_by_hop_header_alone_is_removed_and_other_headers_stay() {
+        for name in
+            ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "proxy-authorization"]
+        {
+            let mut h = headers(&[(name, "x"), ("a", "b")]);
+            remove_hop_by_hop(&mut h);
+            assert_eq!(h.len(), 1, "{name}: {h:?}");
+            assert!(h.contains_key("a"));
+        }
+        let mut h = headers(&[("te", "gzip"), ("a", "b")]);
+        remove_hop_by_hop(&mut h);
+        assert!(!h.contains_key("te") && h.contains_key("a"), "{h:?}");
+        let kept =
+            [("te", "trailers"), ("host", "h"), ("content-type", "a"), ("baggage", "k=v"), ("x-keep-alive-ish", "1")];
+        let mut h = headers(&kept);
+        remove_hop_by_hop(&mut h);
+        assert_eq!(h.len(), kept.len(), "{h:?}");
     }
 }

@@ -10,7 +10,6 @@
 //! request (`is_ready`: the previous response was read to its end). A connection that
 //! is still busy is skipped, a closed one dropped; with none ready a new one is made.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -21,6 +20,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
+use rustc_hash::FxHashMap;
 use tower_service::Service;
 
 use crate::forward::{within, BoxError, RequestBody, ResponseWait};
@@ -58,7 +58,7 @@ struct Idle {
 pub struct H1Pool {
     connector: HttpsConnector<HttpConnector>,
     scheme: &'static str,
-    idle: Mutex<HashMap<SocketAddr, Vec<Idle>>>,
+    idle: Mutex<FxHashMap<SocketAddr, Vec<Idle>>>,
 }
 
 impl H1Pool {
@@ -82,7 +82,7 @@ impl H1Pool {
         pool
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, Vec<Idle>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FxHashMap<SocketAddr, Vec<Idle>>> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -167,14 +167,14 @@ impl H1Pool {
             spare = Some(timer);
         }
         let mut timer = spare.unwrap_or_else(|| Box::pin(tokio::time::sleep_until(wait.first())));
-        let fresh = async {
-            // Boxed: the connect and handshake state (a TLS stream among it) would otherwise
-            // be part of this future, carried and moved on the common path of a pooled
-            // connection.
-            let mut sender = Box::pin(self.connect(addr)).await?;
+        // Boxed: a new connection's state (the connect and handshake, a TLS stream among
+        // them, and a first request) would otherwise be part of this future, carried and
+        // moved on the common path of a pooled connection.
+        let fresh = Box::pin(async {
+            let mut sender = self.connect(addr).await?;
             let response = sender.send_request(req).await.map_err(SendError::Send)?;
             Ok::<_, SendError>((sender, response))
-        };
+        });
         let (sender, response) = within(fresh, timer.as_mut(), wait).await.map_err(SendError::TimedOut)??;
         self.give_back(addr, sender, timer);
         Ok(response)

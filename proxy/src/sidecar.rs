@@ -3,12 +3,12 @@
 //! most `c` into the service; its egress listeners re-attach the context to the calls
 //! the service makes, from the W3C `baggage` the service forwarded.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use http::{Request, Response};
 use hyper::body::Incoming;
+use rustc_hash::FxHashMap;
 use tailor_core::wire::Key;
 use tailor_core::Nanos;
 use tailor_runtime::cpu::{monotonic_ns, realtime_ns};
@@ -72,10 +72,10 @@ impl Slot {
 /// one's call-out then releases only its own slot, and the earlier holds its slot until
 /// its response ends.
 #[derive(Default)]
-pub struct Inside(Mutex<HashMap<(Nanos, u32), Arc<Slot>>>);
+pub struct Inside(Mutex<FxHashMap<(Nanos, u32), Arc<Slot>>>);
 
 impl Inside {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<(Nanos, u32), Arc<Slot>>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, FxHashMap<(Nanos, u32), Arc<Slot>>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
