@@ -119,6 +119,72 @@ fn slowloris_connections_are_closed_at_the_header_timeout_and_do_not_block_other
     eprintln!("{SLOW} slowloris connections closed {closed_after:?} after they opened; fds back to {fds0}");
 }
 
+/// The header timeout also bounds the heads after the first on a kept-alive connection
+/// (hyper's own timer, armed per head from reused tokio timers: `proxy/src/timer.rs`):
+/// connections that were served once and then trickle their next head are closed at the
+/// timeout, not before, and each was answered in full first.
+#[test]
+fn kept_alive_connections_that_trickle_their_next_head_are_closed_at_the_header_timeout() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    const CONNECTIONS: usize = 50;
+    let upstream = Upstream::start(exe(), "127.0.0.1:0", 4, 1);
+    let proxy = Proxy::start(exe(), Role::Sidecar, upstream.addr, "c = 4\n[limits]\nheader_read_timeout_ms = 1500\n");
+    let mut slow = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let mut s = TcpStream::connect(proxy.listen).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(format!("GET / HTTP/1.1\r\nhost: {}\r\n\r\n", proxy.listen).as_bytes()).expect("write");
+        let head = read_kept_alive_answer(&mut s);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        slow.push(s);
+    }
+    // Every connection starts its next head at once (the first request's heads were
+    // timed before; these are the later ones) and trickles it.
+    let t0 = Instant::now();
+    for s in slow.iter_mut() {
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n").expect("write");
+    }
+    let mut open = slow.len();
+    while open > 0 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+        open = slow.iter_mut().map(client::slowloris_trickle).filter(|&open| open).count();
+    }
+    let closed_after = t0.elapsed();
+    assert_eq!(open, 0, "{open} of {CONNECTIONS} still open after {closed_after:?}");
+    assert!(closed_after >= Duration::from_millis(1400), "closed before the header timeout: {closed_after:?}");
+    eventually("connections closed", || proxy.metric("tailor_proxy_connections_open") == Some(0.0));
+    assert_eq!(client::request(proxy.listen, "/", "", Duration::from_secs(10)).map(|a| a.status).ok(), Some(200));
+    eprintln!(
+        "{CONNECTIONS} kept-alive connections trickling their second head closed {closed_after:?} after it began"
+    );
+}
+
+/// Reads one answer on a kept-alive connection (its head, then `content-length` bytes of
+/// body); returns the head.
+fn read_kept_alive_answer(s: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let end = loop {
+        if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = s.read(&mut buf).expect("read the answer");
+        assert!(n > 0, "closed before the answer's head: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&got[..end]).to_string();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+        .expect("a content-length");
+    while got.len() < end + length {
+        let n = s.read(&mut buf).expect("read the body");
+        assert!(n > 0, "closed before the body's end");
+        got.extend_from_slice(&buf[..n]);
+    }
+    head
+}
+
 #[test]
 fn oversized_heads_get_431_and_oversized_bodies_413() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());

@@ -29,6 +29,7 @@ use tokio::net::TcpStream;
 
 use crate::config::Limits;
 use crate::metrics::Metrics;
+use crate::timer::ReusingTimer;
 
 /// What a connection beyond `max_connections` is told before it is closed.
 pub const REFUSED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ntailor-shed: connection_limit\r\n\
@@ -39,7 +40,7 @@ content-type: text/plain\r\ncontent-length: 29\r\nconnection: close\r\n\r\nshed:
 pub fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
     b.http1()
-        .timer(TokioTimer::new())
+        .timer(ReusingTimer)
         .header_read_timeout(limits.header_read_timeout())
         .max_buf_size(limits.max_header_bytes);
     b.http2().timer(TokioTimer::new()).max_header_list_size(limits.max_header_bytes as u32);

@@ -7,7 +7,8 @@
 //!   (`gate`, with the adaptive `limit`), sheds what cannot meet its deadline; egress
 //!   listeners carry the context on the service's own calls;
 //! - `serve`: listeners, admin endpoint, SIGHUP reload, SIGTERM drain; `conn`: the
-//!   bounds on client connections (count, header time and size); `tls`: rustls from
+//!   bounds on client connections (count, header time and size), `timer` the header
+//!   read timer hyper arms per request (tokio timers reused); `tls`: rustls from
 //!   certificate files, inbound and towards upstreams; `forward` and `pool`: relaying to
 //!   upstreams over kept-alive connections.
 //!
@@ -25,6 +26,7 @@ pub mod metrics;
 pub mod pool;
 pub mod serve;
 pub mod sidecar;
+pub mod timer;
 pub mod tls;
 
 use std::path::PathBuf;
