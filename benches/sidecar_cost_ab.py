@@ -11,6 +11,10 @@ resolves about 2% between two sidecar builds.
         [--bare target/release/bare_relay] [--rates 6000,1000] [--rounds 4] [--seconds 3]
         [--malloc-rate 2000] [--out DIR]
 
+`--instructions N` also counts user-space instructions per request under callgrind for
+the sidecars (and the bare relay): N GETs back to back on one kept-alive connection,
+deterministic to about 1% where CPU time moves by 2-5%.
+
 `--bare` adds a fourth relay: `bare_relay` (bench/src/bin/bare_relay.rs), hyper's
 HTTP/1.1 server and client on tokio's current-thread runtime with nothing of Tailor's —
 the floor the sidecar's stack sets, so its row says how much of the sidecar's cost is
@@ -29,6 +33,7 @@ the reason. Every process it starts is stopped at the end, also when it is kille
 """
 import argparse
 import ctypes
+import http.client
 import json
 import os
 import re
@@ -59,8 +64,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_listening(port, proc, name, log):
-    deadline = time.time() + 10
+def wait_listening(port, proc, name, log, within=10):
+    deadline = time.time() + within
     while time.time() < deadline:
         if proc.poll() is not None:
             sys.exit(f"{name} exited ({proc.returncode}) before listening; see {log}")
@@ -69,7 +74,7 @@ def wait_listening(port, proc, name, log):
             return
         except OSError:
             time.sleep(0.05)
-    sys.exit(f"{name} did not listen on 127.0.0.1:{port} within 10 s; see {log}")
+    sys.exit(f"{name} did not listen on 127.0.0.1:{port} within {within} s; see {log}")
 
 
 def cpu_ns(pid):
@@ -169,7 +174,57 @@ http {{
         p, log = procs.start("bare-hyper", [args.bare, "--listen", f"127.0.0.1:{port}", "--upstream", upstream])
         wait_listening(port, p, f"bare relay ({args.bare})", log)
         relays.append(("bare-hyper", port, p.pid))
+    args.upstream = upstream
     return relays
+
+
+def callgrind_instructions(args, procs):
+    """User-space instructions per request of each relay under callgrind, from one kept-alive
+    client sending GETs back to back: `--instructions` requests after 200 of warm-up (the
+    counters zeroed in between with `callgrind_control -z`). Deterministic to about 1%, where
+    CPU time moves by 2-5% between runs; instructions are not time (cache misses, system
+    calls), so a cut shows here first and in CPU only when it is large enough."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        return None, "valgrind is not installed (Debian package `valgrind`)"
+    env = dict(os.environ, TOKIO_WORKER_THREADS="1")
+    targets = [("sidecar-old", args.against), ("sidecar-new", args.new)] + ([("bare-hyper", None)] if args.bare else [])
+    per_request = {}
+    for name, binary in targets:
+        port = free_port()
+        if binary is None:
+            cmd = [args.bare, "--listen", f"127.0.0.1:{port}", "--upstream", args.upstream]
+        else:
+            conf = os.path.join(args.out, f"callgrind-{name}.toml")
+            with open(conf, "w") as f:
+                f.write(f'listen = "127.0.0.1:{port}"\nupstream = "{args.upstream}"\norder = "orf"\ndrain_timeout_ms = 100\n')
+            cmd = [binary, "proxy", "sidecar", "--config", conf]
+        dump = os.path.join(args.out, f"callgrind-{name}.out")
+        p, log = procs.start(f"callgrind-{name}", ["valgrind", "--tool=callgrind", f"--callgrind-out-file={dump}", *cmd], env)
+        wait_listening(port, p, f"{name} under valgrind", log, within=60)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+        def get(n):
+            for _ in range(n):
+                conn.request("GET", "/")
+                r = conn.getresponse()
+                r.read()
+                if r.status != 200:
+                    sys.exit(f"{name} under valgrind answered {r.status}; see {log}")
+
+        get(200)
+        subprocess.run(["callgrind_control", "-z", str(p.pid)], capture_output=True, check=True)
+        get(args.instructions)
+        subprocess.run(["callgrind_control", "-d", str(p.pid)], capture_output=True, check=True)
+        conn.close()
+        p.terminate()
+        p.wait(30)
+        with open(dump + ".1") as f:
+            summary = next((line for line in f if line.startswith(("summary:", "totals:"))), None)
+        if summary is None:
+            return None, f"no instruction total in {dump}.1"
+        per_request[name] = int(summary.split()[1]) / args.instructions
+        print(f"  callgrind {name}: {per_request[name]:,.0f} instructions/request", file=sys.stderr)
+    return per_request, None
 
 
 def openloop(args, port, rate, seconds, seed):
@@ -232,6 +287,19 @@ def perf_malloc(args, relays):
             subprocess.run(["perf", "probe", "-q", "-d", "probe_libc:malloc"], capture_output=True)
 
 
+def report_instructions(args, per_request, why_not):
+    if per_request is None:
+        print(f"\ninstructions per request: skipped ({why_not})")
+        return
+    print(f"\nuser-space instructions per request under callgrind ({args.instructions} GETs on one kept-alive connection):")
+    print("| relay | instructions/request | new ÷ old | ÷ bare-hyper |")
+    print("|---|---|---|---|")
+    for name, n in per_request.items():
+        vs_old = f"{n / per_request['sidecar-old']:.3f}" if name == "sidecar-new" else "-"
+        vs_bare = f"{n / per_request['bare-hyper']:.3f}" if "bare-hyper" in per_request else "-"
+        print(f"| {name} | {n:,.0f} | {vs_old} | {vs_bare} |")
+
+
 def report(args, rows, mallocs, why_not):
     print(f"\nside by side: {args.rounds} rounds x {args.seconds} s per rate; new = {args.new}, old = {args.against}")
     print("| relay | rate req/s | CPU µs/request | per round | user / sys µs | ÷ nginx | new ÷ old | p50 ms (median round) | failed |")
@@ -271,6 +339,8 @@ def main():
     p.add_argument("--malloc-rate", type=float, default=2000.0)
     p.add_argument("--malloc-seconds", type=float, default=2.0)
     p.add_argument("--no-malloc", action="store_true", help="skip the malloc count")
+    p.add_argument("--instructions", type=int, default=0, metavar="N",
+                   help="also count user-space instructions per request under callgrind, N GETs per relay (e.g. 2000; needs valgrind)")
     p.add_argument("--bare", help="also run this bare hyper relay (`target/release/bare_relay`): the stack's own floor")
     p.add_argument("--out", help="directory for configs and logs (default: a fresh temporary one)")
     args = p.parse_args()
@@ -293,6 +363,8 @@ def main():
         rows = measure_cpu(args, relays)
         mallocs, why_not = (None, "--no-malloc") if args.no_malloc else perf_malloc(args, relays)
         report(args, rows, mallocs, why_not)
+        if args.instructions > 0:
+            report_instructions(args, *callgrind_instructions(args, procs))
         print(f"load average before: {' '.join(load)}, after: {' '.join(open('/proc/loadavg').read().split()[:3])}")
     finally:
         procs.stop()
