@@ -40,7 +40,7 @@ content-type: text/plain\r\ncontent-length: 29\r\nconnection: close\r\n\r\nshed:
 pub fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
     b.http1()
-        .timer(ReusingTimer)
+        .timer(ReusingTimer::default())
         .header_read_timeout(limits.header_read_timeout())
         .max_buf_size(limits.max_header_bytes);
     b.http2().timer(TokioTimer::new()).max_header_list_size(limits.max_header_bytes as u32);

@@ -4,35 +4,45 @@
 //! in: on a kept-alive connection that is a timer registered with tokio's timer driver
 //! (under its lock) and removed again (under its lock) per request, about 2,500
 //! instructions of the sidecar's ~37,000 per request (callgrind, one kept-alive client).
-//! Here a dropped timer goes back to a per-thread spare list still registered, and the
+//! Here a dropped timer goes back to the timer's spare list still registered, and the
 //! next head's timer is a spare moved to its new deadline: a deadline later than the
 //! registered one is only recorded (tokio re-files the entry if the old one comes up),
-//! with no lock and no allocation. A spare whose old deadline comes up wakes the task
-//! that last polled it once, for nothing; spares are few (one per connection reading a
-//! head at once, at most [`SPARES`] per thread) and their deadlines seconds away.
+//! with no lock of the driver and no allocation. A spare whose old deadline comes up wakes
+//! the task that last polled it once, for nothing; spares are few (one per connection
+//! reading a head at once, at most [`SPARES`]) and their deadlines seconds away.
+//!
+//! The spares belong to one `ReusingTimer` (one connection builder, made inside the
+//! runtime that serves its connections), not to a thread: a tokio timer is bound to the
+//! runtime that made it, and one from a runtime that has shut down panics when polled.
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use hyper::rt::{Sleep, Timer};
 
-/// Spare timers kept per thread at most; beyond it a dropped timer is deregistered.
+/// Spare timers kept at most; beyond it a dropped timer is deregistered.
 const SPARES: usize = 1024;
 
-thread_local! {
-    static SPARE: RefCell<Vec<Pin<Box<tokio::time::Sleep>>>> = const { RefCell::new(Vec::new()) };
-}
+type Spares = Arc<Mutex<Vec<Pin<Box<tokio::time::Sleep>>>>>;
 
-/// A [`hyper::rt::Timer`] on tokio's timers that reuses them (see the module).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ReusingTimer;
+/// A [`hyper::rt::Timer`] on tokio's timers that reuses them (see the module). Make it
+/// inside the runtime whose connections it times.
+#[derive(Clone, Debug, Default)]
+pub struct ReusingTimer {
+    spare: Spares,
+}
 
 /// One of [`ReusingTimer`]'s sleeps: a tokio timer, handed back to the spare list on drop.
 struct Reused {
     inner: Option<Pin<Box<tokio::time::Sleep>>>,
+    spare: Spares,
+}
+
+fn lock(spare: &Spares) -> std::sync::MutexGuard<'_, Vec<Pin<Box<tokio::time::Sleep>>>> {
+    spare.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Timer for ReusingTimer {
@@ -42,9 +52,7 @@ impl Timer for ReusingTimer {
 
     fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn Sleep>> {
         let deadline = tokio::time::Instant::from_std(deadline);
-        // `try_with`: a timer asked for while the thread's locals are being torn down
-        // gets a new one.
-        let spare = SPARE.try_with(|s| s.borrow_mut().pop()).ok().flatten();
+        let spare = lock(&self.spare).pop();
         let inner = match spare {
             Some(mut sleep) => {
                 sleep.as_mut().reset(deadline);
@@ -52,7 +60,7 @@ impl Timer for ReusingTimer {
             }
             None => Box::pin(tokio::time::sleep_until(deadline)),
         };
-        Box::pin(Reused { inner: Some(inner) })
+        Box::pin(Reused { inner: Some(inner), spare: self.spare.clone() })
     }
 
     fn reset(&self, sleep: &mut Pin<Box<dyn Sleep>>, new_deadline: Instant) {
@@ -87,12 +95,10 @@ impl Sleep for Reused {}
 impl Drop for Reused {
     fn drop(&mut self) {
         let Some(inner) = self.inner.take() else { return };
-        let _ = SPARE.try_with(|s| {
-            let mut spare = s.borrow_mut();
-            if spare.len() < SPARES {
-                spare.push(inner);
-            }
-        });
+        let mut spare = lock(&self.spare);
+        if spare.len() < SPARES {
+            spare.push(inner);
+        }
     }
 }
 
@@ -104,7 +110,7 @@ mod tests {
     /// taken again for an earlier deadline than its registered one still fires on time.
     #[tokio::test(start_paused = true)]
     async fn a_reused_timer_fires_at_its_new_deadline() {
-        let timer = ReusingTimer;
+        let timer = ReusingTimer::default();
         let start = tokio::time::Instant::now();
         let first = timer.sleep(Duration::from_secs(10));
         // Registered with the driver, as hyper's poll of a pending head read does.
@@ -123,13 +129,29 @@ mod tests {
     /// `reset` moves a live timer, earlier or later.
     #[tokio::test(start_paused = true)]
     async fn reset_moves_a_live_timer() {
-        let timer = ReusingTimer;
+        let timer = ReusingTimer::default();
         let start = tokio::time::Instant::now();
         let mut sleep = timer.sleep(Duration::from_secs(10));
         assert!(futures_poll(&mut sleep).is_pending());
         timer.reset(&mut sleep, (start + Duration::from_secs(3)).into_std());
         sleep.await;
         assert_eq!(tokio::time::Instant::now() - start, Duration::from_secs(3));
+    }
+
+    /// Spares stay with their runtime: a timer made (and dropped) under a runtime that has
+    /// shut down is never handed out under the next one (polling it there would panic).
+    #[test]
+    fn spares_do_not_outlive_their_runtime() {
+        for _ in 0..3 {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+            runtime.block_on(async {
+                let timer = ReusingTimer::default();
+                let mut sleep = timer.sleep(Duration::from_millis(50));
+                assert!(futures_poll(&mut sleep).is_pending());
+                drop(sleep);
+                timer.sleep(Duration::from_millis(1)).await;
+            });
+        }
     }
 
     fn futures_poll(sleep: &mut Pin<Box<dyn Sleep>>) -> Poll<()> {
