@@ -345,8 +345,8 @@ def main():
     p.add_argument("--out", help="directory for configs and logs (default: a fresh temporary one)")
     args = p.parse_args()
     args.rates = [int(r) for r in args.rates.split(",")]
-    for what, path in (("--against", args.against), ("--new", args.new), ("--openloop", args.openloop),
-                       ("--bare", args.bare or args.openloop)):
+    binaries = [("--against", args.against), ("--new", args.new), ("--openloop", args.openloop)]
+    for what, path in binaries + ([("--bare", args.bare)] if args.bare else []):
         if not os.access(path, os.X_OK):
             sys.exit(f"{what} {path}: not an executable; build with `cargo build --release -p tailor-cli -p tailor-bench`")
     if shutil.which("nginx") is None:

@@ -34,11 +34,14 @@ struct Pool {
 }
 
 impl Pool {
+    /// An idle connection that can take a request now (the most recently used first), as
+    /// the sidecar's pool picks one; a new connection when none can.
     async fn sender(&self) -> std::io::Result<SendRequest<Incoming>> {
-        loop {
-            let Some(mut s) = self.idle.lock().expect("pool lock").pop() else { break };
-            if s.ready().await.is_ok() {
-                return Ok(s);
+        {
+            let mut idle = self.idle.lock().expect("pool lock");
+            idle.retain(|s| !s.is_closed());
+            if let Some(i) = idle.iter().rposition(|s| s.is_ready()) {
+                return Ok(idle.remove(i));
             }
         }
         let io = TokioIo::new(TcpStream::connect(self.upstream).await?);
