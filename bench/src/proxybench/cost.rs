@@ -75,6 +75,10 @@ pub struct RatePoint {
     pub rate: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// Each round's own p50 and p99 (ms), in round order: every relay of a round got the
+    /// same arrivals back to back, so round by round is the paired comparison.
+    pub p50_per_round_ms: Vec<f64>,
+    pub p99_per_round_ms: Vec<f64>,
     pub requests: usize,
     pub failed: usize,
 }
@@ -282,6 +286,7 @@ pub fn run(programs: &Programs, cfg: &CostConfig, say: &dyn Progress) -> Result<
     }
     // Latencies (ns) and failures per (target, rate index); proxy CPU ns and requests per target.
     let mut lat: HashMap<(usize, usize), (Vec<Nanos>, usize)> = HashMap::new();
+    let mut per_round: HashMap<(usize, usize), (Vec<f64>, Vec<f64>)> = HashMap::new();
     let mut cpu_ns: HashMap<usize, (u64, usize)> = HashMap::new();
     let mut peak: HashMap<usize, (Vec<f64>, u64, u64, u64)> = HashMap::new();
     let steps = (cfg.rounds * targets.len() * (cfg.rates.len() + 1)) as u64;
@@ -313,8 +318,16 @@ pub fn run(programs: &Programs, cfg: &CostConfig, say: &dyn Progress) -> Result<
                 }
                 // The first 5% warm connections up.
                 let measured = &records[records.len() / 20..];
+                let mut ok: Vec<Nanos> =
+                    measured.iter().filter(|r| r.outcome == Outcome::Ok).map(|r| r.latency_ns()).collect();
+                ok.sort_unstable();
+                if !ok.is_empty() {
+                    let e = per_round.entry((ti, ri)).or_default();
+                    e.0.push(quantile_sorted(&ok, 0.5) as f64 / 1e6);
+                    e.1.push(quantile_sorted(&ok, 0.99) as f64 / 1e6);
+                }
                 let e = lat.entry((ti, ri)).or_default();
-                e.0.extend(measured.iter().filter(|r| r.outcome == Outcome::Ok).map(|r| r.latency_ns()));
+                e.0.extend(ok);
                 e.1 += measured.iter().filter(|r| r.outcome != Outcome::Ok).count();
                 done += 1;
                 say.advance(done, &format!("round {} {} at {rate} req/s", round + 1, t.name));
@@ -350,7 +363,16 @@ pub fn run(programs: &Programs, cfg: &CostConfig, say: &dyn Progress) -> Result<
                     let (mut v, failed) = lat.remove(&(ti, ri)).unwrap_or_default();
                     v.sort_unstable();
                     let q = |p: f64| if v.is_empty() { f64::NAN } else { quantile_sorted(&v, p) as f64 / 1e6 };
-                    RatePoint { rate, p50_ms: q(0.5), p99_ms: q(0.99), requests: v.len() + failed, failed }
+                    let (p50_per_round_ms, p99_per_round_ms) = per_round.remove(&(ti, ri)).unwrap_or_default();
+                    RatePoint {
+                        rate,
+                        p50_ms: q(0.5),
+                        p99_ms: q(0.99),
+                        p50_per_round_ms,
+                        p99_per_round_ms,
+                        requests: v.len() + failed,
+                        failed,
+                    }
                 })
                 .collect();
             let (mut peaks, peak_errors, peak_ns, preq) = peak.remove(&ti).unwrap_or_default();
@@ -472,6 +494,27 @@ pub fn tables(r: &CostReport) -> String {
     s
 }
 
+/// The sidecar's latency against nginx's round by round (each round gave both the same
+/// arrivals, one after the other, so the machine's drift between rounds cancels): the
+/// median and range of the per-round differences, and in how many rounds the sidecar was
+/// no slower. A pooled p50 a few µs above nginx's says little when the rounds' differences
+/// straddle zero.
+fn paired(what: &str, relay_ms: &[f64], nginx_ms: &[f64]) -> String {
+    let mut d: Vec<f64> = relay_ms.iter().zip(nginx_ms).map(|(a, b)| (a - b) * 1e3).collect();
+    if d.is_empty() {
+        return format!("{what} per round: no rounds");
+    }
+    d.sort_by(f64::total_cmp);
+    let median = if d.len() % 2 == 1 { d[d.len() / 2] } else { (d[d.len() / 2 - 1] + d[d.len() / 2]) / 2.0 };
+    let no_slower = d.iter().filter(|x| **x <= 0.0).count();
+    format!(
+        "{what} − nginx's per round {median:+.0} µs median ({:+.0} to {:+.0}), no slower in {no_slower} of {} rounds",
+        d[0],
+        d[d.len() - 1],
+        d.len()
+    )
+}
+
 /// Whether Tailor's sidecar meets issue 20's cost targets against nginx.
 pub fn verdict(r: &CostReport) -> String {
     let find = |name: &str| r.results.iter().find(|t| t.name == name);
@@ -488,10 +531,12 @@ pub fn verdict(r: &CostReport) -> String {
         let met = |a: f64, b: f64| if a <= b { "met" } else { "not met" };
         let _ = writeln!(
             s,
-            "- {:.0} req/s: added p50 {a50:.0} µs vs nginx {n50:.0} µs ({}), added p99 {a99:.0} µs vs {n99:.0} µs ({})",
+            "- {:.0} req/s: added p50 {a50:.0} µs vs nginx {n50:.0} µs ({}), added p99 {a99:.0} µs vs {n99:.0} µs ({}); {}; {}",
             p.rate,
             met(a50, n50),
-            met(a99, n99)
+            met(a99, n99),
+            paired("p50", &p.p50_per_round_ms, &nn.p50_per_round_ms),
+            paired("p99", &p.p99_per_round_ms, &nn.p99_per_round_ms),
         );
     }
     if let (Some(a), Some(b)) = (t.cpu_per_request_us, n.cpu_per_request_us) {
@@ -522,7 +567,15 @@ mod tests {
     fn relay(name: &str, p99_ms: f64) -> TargetResult {
         TargetResult {
             name: name.into(),
-            rates: vec![RatePoint { rate: 3000.0, p50_ms: 0.2, p99_ms, requests: 100, failed: 0 }],
+            rates: vec![RatePoint {
+                rate: 3000.0,
+                p50_ms: 0.2,
+                p99_ms,
+                p50_per_round_ms: vec![],
+                p99_per_round_ms: vec![],
+                requests: 100,
+                failed: 0,
+            }],
             cpu_per_request_us: None,
             peak_rps: vec![],
             peak_rps_median: 0.0,
@@ -562,5 +615,21 @@ mod tests {
         // nginx faster than direct: no ratio for anyone.
         let t = tables(&report(vec![relay("direct", 1.0), relay("nginx", 0.95), relay("half", 1.25)]));
         assert_eq!(added_p99_ratio(&t, "half"), "-", "{t}");
+    }
+
+    #[test]
+    fn the_verdict_compares_the_sidecar_with_nginx_round_by_round() {
+        let mut sidecar = relay("tailor-sidecar", 0.5);
+        let mut nginx = relay("nginx", 0.5);
+        // Four rounds: the sidecar 10 µs slower, 4 faster, equal, 30 slower (p50).
+        sidecar.rates[0].p50_per_round_ms = vec![0.110, 0.096, 0.100, 0.140];
+        nginx.rates[0].p50_per_round_ms = vec![0.100, 0.100, 0.100, 0.110];
+        sidecar.rates[0].p99_per_round_ms = vec![0.4, 0.3];
+        nginx.rates[0].p99_per_round_ms = vec![0.5, 0.5];
+        let v = verdict(&report(vec![relay("direct", 0.3), nginx, sidecar]));
+        assert!(v.contains("p50 − nginx's per round +5 µs median (-4 to +30), no slower in 2 of 4 rounds"), "{v}");
+        assert!(v.contains("p99 − nginx's per round -150 µs median (-200 to -100), no slower in 2 of 2 rounds"), "{v}");
+        // Without rounds (a report from before they were kept) it says so instead of guessing.
+        assert_eq!(paired("p50", &[], &[]), "p50 per round: no rounds");
     }
 }
