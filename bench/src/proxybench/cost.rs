@@ -75,8 +75,9 @@ pub struct RatePoint {
     pub rate: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
-    /// Each round's own p50 and p99 (ms), in round order: every relay of a round got the
-    /// same arrivals back to back, so round by round is the paired comparison.
+    /// Each round's own p50 and p99 (ms), in round order (NaN for a round with no
+    /// response): every relay of a round got the same arrivals back to back, so round by
+    /// round is the paired comparison.
     pub p50_per_round_ms: Vec<f64>,
     pub p99_per_round_ms: Vec<f64>,
     pub requests: usize,
@@ -321,11 +322,11 @@ pub fn run(programs: &Programs, cfg: &CostConfig, say: &dyn Progress) -> Result<
                 let mut ok: Vec<Nanos> =
                     measured.iter().filter(|r| r.outcome == Outcome::Ok).map(|r| r.latency_ns()).collect();
                 ok.sort_unstable();
-                if !ok.is_empty() {
-                    let e = per_round.entry((ti, ri)).or_default();
-                    e.0.push(quantile_sorted(&ok, 0.5) as f64 / 1e6);
-                    e.1.push(quantile_sorted(&ok, 0.99) as f64 / 1e6);
-                }
+                // One entry per round whatever happened, so the rounds of two relays pair up.
+                let q = |p: f64| if ok.is_empty() { f64::NAN } else { quantile_sorted(&ok, p) as f64 / 1e6 };
+                let e = per_round.entry((ti, ri)).or_default();
+                e.0.push(q(0.5));
+                e.1.push(q(0.99));
                 let e = lat.entry((ti, ri)).or_default();
                 e.0.extend(ok);
                 e.1 += measured.iter().filter(|r| r.outcome != Outcome::Ok).count();
@@ -500,7 +501,8 @@ pub fn tables(r: &CostReport) -> String {
 /// no slower. A pooled p50 a few µs above nginx's says little when the rounds' differences
 /// straddle zero.
 fn paired(what: &str, relay_ms: &[f64], nginx_ms: &[f64]) -> String {
-    let mut d: Vec<f64> = relay_ms.iter().zip(nginx_ms).map(|(a, b)| (a - b) * 1e3).collect();
+    // A round where either got no response (NaN) pairs with nothing.
+    let mut d: Vec<f64> = relay_ms.iter().zip(nginx_ms).map(|(a, b)| (a - b) * 1e3).filter(|x| x.is_finite()).collect();
     if d.is_empty() {
         return format!("{what} per round: no rounds");
     }
@@ -631,5 +633,10 @@ mod tests {
         assert!(v.contains("p99 − nginx's per round -150 µs median (-200 to -100), no slower in 2 of 2 rounds"), "{v}");
         // Without rounds (a report from before they were kept) it says so instead of guessing.
         assert_eq!(paired("p50", &[], &[]), "p50 per round: no rounds");
+        // A round in which one side got no response leaves the other rounds paired as they ran.
+        assert_eq!(
+            paired("p50", &[0.110, f64::NAN, 0.096], &[0.100, 0.100, 0.100]),
+            "p50 − nginx's per round +3 µs median (-4 to +10), no slower in 1 of 2 rounds"
+        );
     }
 }
