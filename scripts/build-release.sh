@@ -48,3 +48,4 @@ RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-use=$out/tailor.profdata -Cllvm-args=-pgo-wa
   cargo build --release --locked -p tailor-cli --target-dir "$out/optimized"
 
 echo "build-release: done: $out/optimized/release/tailor"
+echo "build-release: its container image (the Helm chart's): python3 scripts/build-image.py"

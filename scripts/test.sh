@@ -34,6 +34,9 @@ fi
 (cd sdk/go/tailorgrpc && go test -count=1 ./... 2>&1)
 (cd sdk/go/tailorotel && go test -count=1 ./... 2>&1)
 python3 -m pytest -q sdk/python 2>&1
+# The container image the chart runs (scripts/build-image.py), built from the test build:
+# an OCI archive skopeo reads, and (as root) the sidecar served from its files alone.
+TAILOR_BIN="$PWD/target/release/tailor" python3 -m pytest -q scripts/tests 2>&1
 # The training run of the PGO release build (scripts/build-release.sh) still drives every
 # proxy path it trains without a failed request, and the simulator runs it trains.
 python3 scripts/pgo-train.py --tailor target/release/tailor --seconds 3 --no-demo 2>&1
