@@ -19,7 +19,7 @@ use crate::chain::{has_cap_sys_nice, stop_child, Chain, ChainSpec};
 use crate::cpuacct::{self, CpuUsage};
 use crate::hgrm::{histogram_us, percentile_distribution};
 use crate::loadgen::{self, LoadgenConfig, Plan};
-use crate::predict::{self, PredictSpec};
+use crate::predict::{self, PredictSpec, PREDICTION_RUNS};
 use crate::record::{measured_latencies, records_csv, summarize, upper_median, RunSummary};
 use crate::tier::TierStats;
 use crate::workload::Workload;
@@ -554,11 +554,6 @@ pub fn kernel_unavailable(cfg: &DemoConfig) -> Option<String> {
     }
     None
 }
-
-/// Simulated runs behind each run's prediction: enough for a steady median and a 10–90%
-/// band (the band's ends move by a few percent between sets of 30 seeds), and cheap — 30 runs
-/// of a default demo run's 3,300 requests take well under a second.
-const PREDICTION_RUNS: usize = 30;
 
 /// Other processes' CPUs during a run (`CpuUsage::background_cpus`) from which the run is
 /// taken as disturbed and run again. A quiet machine reads ~0.0; at ρ 0.85 a fifth of a

@@ -105,6 +105,12 @@ pub struct RunLikePrediction {
     pub reordering_pct: f64,
 }
 
+/// Simulated runs behind a measured run's prediction (`tailor demo`, `tailor bench proxy
+/// --effect`): enough for a steady median and a 10–90% band (the band's ends move by a few
+/// percent between sets of 30 seeds), and cheap — 30 runs of a default demo run's 3,300
+/// requests take well under a second.
+pub const PREDICTION_RUNS: usize = 30;
+
 /// Runs `runs` independent simulations of `spec` (seeds `spec.seed`, `spec.seed + 1`, …),
 /// each exactly `spec.requests` long after `spec.warmup`, and summarises their p99s.
 pub fn predict_runs_like(spec: &PredictSpec, runs: usize) -> Result<RunLikePrediction, String> {

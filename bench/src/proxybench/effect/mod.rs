@@ -5,9 +5,10 @@
 //! request's slot while the rest of the chain serves it (`orf-chain`: the `c` oldest
 //! requests in the whole chain at once). The same requests (Poisson arrivals,
 //! TailClipper's Exp and Trimodal demands) go to each chain in turn at each load and seed,
-//! and each run is printed beside the simulator's prediction for it (the sidecar modelled
-//! as the simulator's cooperative `admit` gate, the whole-chain gate as its `orf` host
-//! policy; bench/src/predict.rs).
+//! and each run is printed beside the simulator's prediction for a run like it — the median
+//! p99 of 30 simulated runs of the same length, and their 10–90% band, as `tailor demo`
+//! does (the sidecar modelled as the simulator's cooperative `admit` gate, the whole-chain
+//! gate as its `orf` host policy; bench/src/predict.rs).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -452,7 +453,13 @@ pub struct EffectRun {
     pub limit: Option<LimitSeen>,
     /// The `c` the prediction models (the adaptive limit's mean, rounded).
     pub predicted_c: Option<usize>,
+    /// The simulator's p99 and reordering % for a run like this one: medians over
+    /// `PREDICTION_RUNS` simulated runs of this run's length (None if it failed; see
+    /// `predicted_error`).
     pub predicted_p99_ms: Option<f64>,
+    /// Where 80% of those simulated runs' p99 fall (10th and 90th percentile, ms): at
+    /// ρ 0.85 a run of 5,000 requests lands anywhere in a band about ±25% wide.
+    pub predicted_p99_band_ms: Option<[f64; 2]>,
     pub predicted_reordering_pct: Option<f64>,
     pub predicted_error: Option<String>,
 }
@@ -590,15 +597,15 @@ pub fn run(programs: &Programs, cfg: &EffectConfig, say: &dyn Progress) -> Resul
                         cores: cfg.cores,
                         rps: if summary.offered_rps > 0.0 { summary.offered_rps } else { rate },
                         seed: point_seed,
-                        requests: (cfg.requests as u64).max(20_000),
-                        warmup: (cfg.warmup as u64).max(2_000),
+                        requests: cfg.requests as u64,
+                        warmup: cfg.warmup as u64,
                         hop_us: cal.hop_us,
                         overhead_us,
                         context_switch_us: 1.0,
                     };
-                    let (p99, reord, err) = match predict::predict(&spec) {
-                        Ok(s) => (Some(s.latency_ms.p99), Some(s.reordering_pct), None),
-                        Err(e) => (None, None, Some(e)),
+                    let (p99, band, reord, err) = match predict::predict_runs_like(&spec, predict::PREDICTION_RUNS) {
+                        Ok(p) => (Some(p.p99_ms), Some(p.p99_band_ms), Some(p.reordering_pct), None),
+                        Err(e) => (None, None, None, Some(e)),
                     };
                     let r = EffectRun {
                         sidecars: chain.sidecars,
@@ -614,6 +621,7 @@ pub fn run(programs: &Programs, cfg: &EffectConfig, say: &dyn Progress) -> Resul
                         limit,
                         predicted_c: (chain.sidecars != Sidecars::None).then_some(predicted_c),
                         predicted_p99_ms: p99,
+                        predicted_p99_band_ms: band,
                         predicted_reordering_pct: reord,
                         predicted_error: err,
                     };
@@ -652,7 +660,7 @@ pub(super) fn turns(point: usize, chains: usize) -> impl Iterator<Item = usize> 
 fn row_line(r: &EffectRun) -> String {
     let s = &r.summary;
     format!(
-        "{:<5} {:<9} ρ {:.2} seed {} {:>4.0} req/s  p50 {:>7.2}  p99 {:>7.2} ms (sim {})  reorder {:>4.1}% (sim {})  ok {}/{}  other jobs {:.2} CPUs{}",
+        "{:<5} {:<9} ρ {:.2} seed {} {:>4.0} req/s  p50 {:>7.2}  p99 {:>7.2} ms (sim {}{})  reorder {:>4.1}% (sim {})  ok {}/{}  other jobs {:.2} CPUs{}",
         r.sidecars.name(),
         r.workload,
         r.rho,
@@ -661,6 +669,7 @@ fn row_line(r: &EffectRun) -> String {
         s.latency_ms.p50,
         s.latency_ms.p99,
         r.predicted_p99_ms.map_or("-".into(), |p| format!("{p:.2}")),
+        r.predicted_p99_band_ms.map_or(String::new(), |[lo, hi]| format!(", 80% of runs {lo:.0}–{hi:.0}")),
         s.reordering_pct,
         r.predicted_reordering_pct.map_or("-".into(), |p| format!("{p:.1}%")),
         s.ok,

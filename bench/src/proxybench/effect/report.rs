@@ -62,7 +62,7 @@ fn c_cell(r: &EffectReport, runs: &[&EffectRun]) -> String {
 /// reordering and errors.
 pub fn table(r: &EffectReport) -> String {
     let mut s = String::from(
-        "| workload | ρ | sidecars | c | p99 ms per seed | median p99 ms | spread | sim p99 ms | measured ÷ sim | vs none | vs none per seed (median) | reordering % (sim) | errors | other jobs' CPUs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| workload | ρ | sidecars | c | p99 ms per seed | median p99 ms | spread | sim p99 ms | sim 80% of runs | seeds in it | measured ÷ sim | vs none | vs none per seed (median) | reordering % (sim) | errors | other jobs' CPUs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (w, rho) in points(r) {
         let none = upper_median(
@@ -89,6 +89,7 @@ pub fn table(r: &EffectReport) -> String {
             };
             let med = upper_median(&p99);
             let sim = upper_median(&runs.iter().filter_map(|x| x.predicted_p99_ms).collect::<Vec<_>>());
+            let (band, in_band) = band_cells(&runs);
             let reord = upper_median(&runs.iter().map(|x| x.summary.reordering_pct).collect::<Vec<_>>());
             let sim_reord = upper_median(&runs.iter().filter_map(|x| x.predicted_reordering_pct).collect::<Vec<_>>());
             let errors: u64 = runs.iter().map(|x| x.summary.requests - x.summary.ok).sum();
@@ -100,7 +101,7 @@ pub fn table(r: &EffectReport) -> String {
             let per_seed: Vec<String> = p99.iter().map(|p| format!("{p:.1}")).collect();
             let _ = writeln!(
                 s,
-                "| {w} | {rho:.2} | {} | {c} | {} | {med:.1} | {spread:.2} | {sim:.1} | {:.2} | {cut} | {paired} | {reord:.1} ({sim_reord:.1}) | {errors} | {:.2} |",
+                "| {w} | {rho:.2} | {} | {c} | {} | {med:.1} | {spread:.2} | {sim:.1} | {band} | {in_band} | {:.2} | {cut} | {paired} | {reord:.1} ({sim_reord:.1}) | {errors} | {:.2} |",
                 mode.name(),
                 per_seed.join(" / "),
                 med / sim,
@@ -109,6 +110,20 @@ pub fn table(r: &EffectReport) -> String {
         }
     }
     s
+}
+
+/// The simulator's 10–90% band of runs like these (the medians of the runs' band ends) and
+/// how many of the runs measured a p99 inside their own band.
+fn band_cells(runs: &[&EffectRun]) -> (String, String) {
+    let bands: Vec<([f64; 2], f64)> =
+        runs.iter().filter_map(|x| x.predicted_p99_band_ms.map(|b| (b, x.summary.latency_ms.p99))).collect();
+    if bands.is_empty() {
+        return ("-".into(), "-".into());
+    }
+    let lo = upper_median(&bands.iter().map(|(b, _)| b[0]).collect::<Vec<_>>());
+    let hi = upper_median(&bands.iter().map(|(b, _)| b[1]).collect::<Vec<_>>());
+    let inside = bands.iter().filter(|([lo, hi], p99)| lo <= p99 && p99 <= hi).count();
+    (format!("{lo:.0}–{hi:.0}"), format!("{inside} of {}", bands.len()))
 }
 
 /// Where each chain's own CPU goes: per process, µs per request beyond the demand (a tier's
@@ -176,9 +191,16 @@ pub fn verdict(r: &EffectReport) -> String {
     let mut s = String::new();
     let top = r.runs.iter().map(|x| x.rho).fold(0.0, f64::max);
     let mut within = (0, 0);
+    let mut in_band = (0, 0);
     for (w, rho) in points(r) {
         for mode in Sidecars::ALL {
             let runs = runs_of(r, mode, &w, rho);
+            for x in &runs {
+                if let Some([lo, hi]) = x.predicted_p99_band_ms {
+                    in_band.1 += 1;
+                    in_band.0 += usize::from(lo <= x.summary.latency_ms.p99 && x.summary.latency_ms.p99 <= hi);
+                }
+            }
             let m = upper_median(&runs.iter().map(|x| x.summary.latency_ms.p99).collect::<Vec<_>>());
             let sim = upper_median(&runs.iter().filter_map(|x| x.predicted_p99_ms).collect::<Vec<_>>());
             if m.is_finite() && sim.is_finite() {
@@ -211,6 +233,15 @@ pub fn verdict(r: &EffectReport) -> String {
         }
     }
     let _ = writeln!(s, "- simulator within 20% of the measured median p99 on {} of {} rows", within.0, within.1);
+    if in_band.1 > 0 {
+        let _ = writeln!(
+            s,
+            "- measured p99 inside the simulator's 80% band of runs like it (10th–90th percentile of {} simulated runs of the same length) in {} of {} runs",
+            crate::predict::PREDICTION_RUNS,
+            in_band.0,
+            in_band.1
+        );
+    }
     s
 }
 

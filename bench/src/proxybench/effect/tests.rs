@@ -54,6 +54,7 @@ fn run(sidecars: Sidecars, seed: u64, p99: f64, limit: Option<(f64, f64)>) -> Ef
         limit: limit.and_then(|(lo, hi)| LimitSeen::of(&[(lo, 0.0), (hi, 0.0)])),
         predicted_c: None,
         predicted_p99_ms: Some(p99),
+        predicted_p99_band_ms: Some([p99 * 0.8, p99 * 1.3]),
         predicted_reordering_pct: Some(0.0),
         predicted_error: None,
     }
@@ -136,4 +137,29 @@ fn the_cpu_table_takes_each_tier_s_demand_out_and_medians_the_runs() {
     // go-0: 300 / 500 / 400 beyond its 5 ms → 400; the sidecar's 900 / 700 / 800 → 800.
     assert!(table.contains("| orf-chain | exp ρ 0.85 | 800 | 400 | 100 | 1300 |"), "{table}");
     assert!(table.contains("| none | exp ρ 0.85 | – | 200 | 90 | 290 |"), "{table}");
+}
+
+/// The band columns: the medians of the runs' simulated 10–90% band ends, and how many runs
+/// measured a p99 inside their own band; the verdict counts the runs in band over all rows.
+#[test]
+fn the_table_places_each_run_in_the_simulated_band_of_runs_like_it() {
+    let mut runs = vec![
+        run(Sidecars::None, 1, 100.0, None),
+        run(Sidecars::None, 2, 200.0, None),
+        run(Sidecars::None, 3, 300.0, None),
+    ];
+    runs[0].predicted_p99_band_ms = Some([80.0, 120.0]); // 100 inside
+    runs[1].predicted_p99_band_ms = Some([90.0, 150.0]); // 200 above
+    runs[2].predicted_p99_band_ms = Some([300.0, 400.0]); // 300 on the edge: inside
+    let r = report(SidecarC::Adaptive, runs);
+    let table = table(&r);
+    let row = table.lines().find(|l| l.contains("| none |")).expect("a none row");
+    assert!(row.contains("| 90–150 | 2 of 3 |"), "{row}");
+    let verdict = super::report::verdict(&r);
+    assert!(
+        verdict.contains(
+            "band of runs like it (10th–90th percentile of 30 simulated runs of the same length) in 2 of 3 runs"
+        ),
+        "{verdict}"
+    );
 }
