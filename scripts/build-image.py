@@ -20,8 +20,8 @@ then, for the cluster:
     # k3s / containerd: ctr -n k8s.io images import target/image/tailor-0.1.0.oci.tar
 
 The archive is an OCI image layout (`oci-layout`, `index.json`, `blobs/sha256/...`) that also
-carries Docker's `manifest.json`, so `docker load` of older versions and skopeo's
-`docker-archive:` read it too. It is reproducible: entries sorted, owners 0, times set to
+carries Docker's `manifest.json`, so Docker's own loader and skopeo's `docker-archive:`
+read it too. It is reproducible: entries sorted, owners 0, times set to
 SOURCE_DATE_EPOCH (default: the commit time of HEAD), so the same binary gives the same
 digest. `--binary` picks another build (e.g. target/release/tailor); `--tag` another name.
 """
@@ -59,6 +59,13 @@ class ImageError(Exception):
 def version():
     with open(os.path.join(ROOT, "Cargo.toml"), "rb") as f:
         return tomllib.load(f)["workspace"]["package"]["version"]
+
+
+def tag_version(tag):
+    """The version part of an image name: `0.1.0` of `ghcr.io/x/tailor:0.1.0`, `latest`
+    when it has none (a registry's port is not one: `localhost:5000/tailor`)."""
+    last = tag.rsplit("/", 1)[-1]
+    return last.rsplit(":", 1)[1] if ":" in last else "latest"
 
 
 def git(*args):
@@ -226,7 +233,7 @@ def build(binary, tag, mtime, keep_debug_info=False):
     layer_tar = layer.tar()
     # mtime=0 in gzip's header and no file name: the same tar gives the same bytes.
     layer_gz = gzip.compress(layer_tar, compresslevel=6, mtime=0)
-    ver = tag.rsplit(":", 1)[1] if ":" in tag.rsplit("/", 1)[-1] else "latest"
+    ver = tag_version(tag)
     created = datetime.datetime.fromtimestamp(mtime, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     labels = {
         "org.opencontainers.image.title": "tailor",
@@ -302,7 +309,7 @@ def main():
     p.add_argument("--out", help="the archive to write (default: target/image/tailor-<version>.oci.tar)")
     p.add_argument("--keep-debug-info", action="store_true", help="package the binary with its DWARF sections (4x the size)")
     args = p.parse_args()
-    out = args.out or os.path.join(ROOT, "target/image", f"tailor-{args.tag.rsplit(':', 1)[-1]}.oci.tar")
+    out = args.out or os.path.join(ROOT, "target/image", f"tailor-{tag_version(args.tag)}.oci.tar")
     try:
         data, manifest_digest, layer_size, libraries = build(args.binary, args.tag, source_date_epoch(), args.keep_debug_info)
     except ImageError as e:
@@ -318,7 +325,7 @@ def main():
     print(f"  binary   {args.binary}")
     print(f"  libraries {libs}; {layer_size / 1e6:.1f} MB unpacked, {len(data) / 1e6:.1f} MB archive")
     print(f"load it: docker load -i {out}  |  kind load image-archive {out}  |  "
-          f"skopeo copy oci-archive:{out} docker://REGISTRY/tailor:{args.tag.rsplit(':', 1)[-1]}")
+          f"skopeo copy oci-archive:{out} docker://REGISTRY/tailor:{tag_version(args.tag)}")
 
 
 if __name__ == "__main__":

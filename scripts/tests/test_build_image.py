@@ -239,3 +239,13 @@ def test_the_sidecar_runs_from_the_images_read_only_files_alone(tmp_path):
             sidecar.wait()
         upstream.shutdown()
         log.close()
+
+
+def test_another_name_is_carried_whole_and_a_registry_port_is_no_version(tmp_path):
+    for tag, version in (("localhost:5000/tailor", "latest"), ("registry.example:5000/team/tailor:2.0-rc1", "2.0-rc1")):
+        out, printed = build(tmp_path, "named.oci.tar", "1764000000", "--tag", tag)
+        files = blobs(out)
+        [entry] = json.loads(files["index.json"])["manifests"]
+        assert entry["annotations"] == {"io.containerd.image.name": tag, "org.opencontainers.image.ref.name": version}
+        assert json.loads(files["manifest.json"])[0]["RepoTags"] == [tag]
+        assert f"image    {tag}" in printed
