@@ -158,12 +158,6 @@ class Layer:
         info.size = len(data)
         self.entries[path] = (info, data)
 
-    def symlink(self, path, target):
-        self.directory(os.path.dirname(path))
-        info = self._info(path, tarfile.SYMTYPE, 0o777)
-        info.linkname = target
-        self.entries[path] = (info, None)
-
     def tar(self):
         out = io.BytesIO()
         with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as t:

@@ -115,15 +115,19 @@ pub fn table(r: &EffectReport) -> String {
 /// The simulator's 10–90% band of runs like these (the medians of the runs' band ends) and
 /// how many of the runs measured a p99 inside their own band.
 fn band_cells(runs: &[&EffectRun]) -> (String, String) {
-    let bands: Vec<([f64; 2], f64)> =
-        runs.iter().filter_map(|x| x.predicted_p99_band_ms.map(|b| (b, x.summary.latency_ms.p99))).collect();
+    let bands: Vec<[f64; 2]> = runs.iter().filter_map(|x| x.predicted_p99_band_ms).collect();
     if bands.is_empty() {
         return ("-".into(), "-".into());
     }
-    let lo = upper_median(&bands.iter().map(|(b, _)| b[0]).collect::<Vec<_>>());
-    let hi = upper_median(&bands.iter().map(|(b, _)| b[1]).collect::<Vec<_>>());
-    let inside = bands.iter().filter(|([lo, hi], p99)| lo <= p99 && p99 <= hi).count();
+    let lo = upper_median(&bands.iter().map(|b| b[0]).collect::<Vec<_>>());
+    let hi = upper_median(&bands.iter().map(|b| b[1]).collect::<Vec<_>>());
+    let inside = runs.iter().filter(|x| in_band(x) == Some(true)).count();
     (format!("{lo:.0}–{hi:.0}"), format!("{inside} of {}", bands.len()))
+}
+
+/// Whether the run's measured p99 lies inside its simulated 10–90% band (None: no band).
+fn in_band(x: &EffectRun) -> Option<bool> {
+    x.predicted_p99_band_ms.map(|[lo, hi]| lo <= x.summary.latency_ms.p99 && x.summary.latency_ms.p99 <= hi)
 }
 
 /// Where each chain's own CPU goes: per process, µs per request beyond the demand (a tier's
@@ -191,15 +195,13 @@ pub fn verdict(r: &EffectReport) -> String {
     let mut s = String::new();
     let top = r.runs.iter().map(|x| x.rho).fold(0.0, f64::max);
     let mut within = (0, 0);
-    let mut in_band = (0, 0);
+    let mut inside_band = (0, 0);
     for (w, rho) in points(r) {
         for mode in Sidecars::ALL {
             let runs = runs_of(r, mode, &w, rho);
-            for x in &runs {
-                if let Some([lo, hi]) = x.predicted_p99_band_ms {
-                    in_band.1 += 1;
-                    in_band.0 += usize::from(lo <= x.summary.latency_ms.p99 && x.summary.latency_ms.p99 <= hi);
-                }
+            for inside in runs.iter().filter_map(|x| in_band(x)) {
+                inside_band.1 += 1;
+                inside_band.0 += usize::from(inside);
             }
             let m = upper_median(&runs.iter().map(|x| x.summary.latency_ms.p99).collect::<Vec<_>>());
             let sim = upper_median(&runs.iter().filter_map(|x| x.predicted_p99_ms).collect::<Vec<_>>());
@@ -233,13 +235,13 @@ pub fn verdict(r: &EffectReport) -> String {
         }
     }
     let _ = writeln!(s, "- simulator within 20% of the measured median p99 on {} of {} rows", within.0, within.1);
-    if in_band.1 > 0 {
+    if inside_band.1 > 0 {
         let _ = writeln!(
             s,
             "- measured p99 inside the simulator's 80% band of runs like it (10th–90th percentile of {} simulated runs of the same length) in {} of {} runs",
             crate::predict::PREDICTION_RUNS,
-            in_band.0,
-            in_band.1
+            inside_band.0,
+            inside_band.1
         );
     }
     s
